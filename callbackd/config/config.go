@@ -35,6 +35,12 @@ type Database struct {
 	DSNFile string `json:"dsnFile,omitempty"`
 	// MaxConns of the pool.
 	MaxConns int32 `json:"maxConns,omitempty"`
+	// LockTimeout, StatementTimeout and IdleInTransactionTimeout are the session timeouts of
+	// every pooled connection. Each must stay below the shortest channel lock TTL, so that a
+	// stuck transaction ends (and rolls back) before another replica may claim the same key.
+	LockTimeout              metav1.Duration `json:"lockTimeout,omitempty"`
+	StatementTimeout         metav1.Duration `json:"statementTimeout,omitempty"`
+	IdleInTransactionTimeout metav1.Duration `json:"idleInTransactionTimeout,omitempty"`
 }
 
 // Redis is a Sentinel group (SentinelAddrs + MasterName) or a single address (Addr).
@@ -59,6 +65,18 @@ type Server struct {
 	ReadTimeout metav1.Duration `json:"readTimeout,omitempty"`
 	// ShutdownTimeout bounds draining in-flight requests on SIGTERM.
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
+	// ReadHeaderTimeout bounds reading the request headers.
+	ReadHeaderTimeout metav1.Duration `json:"readHeaderTimeout,omitempty"`
+	// WriteTimeout bounds a whole request, from the end of its headers to the end of the answer.
+	WriteTimeout metav1.Duration `json:"writeTimeout,omitempty"`
+	// IdleTimeout closes keep-alive connections that stay idle this long.
+	IdleTimeout metav1.Duration `json:"idleTimeout,omitempty"`
+	// RequestTimeout bounds processing one callback. It stays below the providers' 5 s answer
+	// deadline, so that a slow database yields a retryable failure rather than a provider
+	// timeout.
+	RequestTimeout metav1.Duration `json:"requestTimeout,omitempty"`
+	// WindowMaxEntries bounds the in-process gateway window (keys this replica finished).
+	WindowMaxEntries int `json:"windowMaxEntries,omitempty"`
 }
 
 // Channel is one payment channel: the shared settings plus the files holding its keys.
