@@ -158,7 +158,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"metrics on same address", func(f *File) { f.MetricsListen = f.Listen }, "metricsListen", "must differ"},
 		{"body limit too large", func(f *File) { f.Server.MaxBodyBytes = 1 << 30 }, "server.maxBodyBytes", "between 1 and"},
 		{"negative in-flight", func(f *File) { f.Server.MaxInFlight = -1 }, "server.maxInFlight", "positive"},
-		{"request timeout past provider deadline", func(f *File) { f.Server.RequestTimeout.Duration = 6 * time.Second; f.Server.WriteTimeout.Duration = time.Minute }, "server.requestTimeout", "answer deadline"},
+		{"request timeout past provider deadline", func(f *File) {
+			f.Server.RequestTimeout.Duration = 6 * time.Second
+			f.Server.WriteTimeout.Duration = time.Minute
+		}, "server.requestTimeout", "answer deadline"},
 		{"write timeout below request timeout", func(f *File) { f.Server.WriteTimeout.Duration = time.Second }, "server.writeTimeout", "must exceed"},
 		{"redis addr and sentinels", func(f *File) { f.Redis = &Redis{Addr: "a:1", SentinelAddrs: []string{"b:2"}, MasterName: "m"} }, "redis", "not both"},
 		{"sentinels without master", func(f *File) { f.Redis = &Redis{SentinelAddrs: []string{"b:2"}} }, "redis.masterName", "required"},
