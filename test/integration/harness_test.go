@@ -578,4 +578,3 @@ func tail(s string, lines int) string {
 	}
 	return strings.Join(parts, "\n")
 }
-
