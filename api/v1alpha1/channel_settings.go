@@ -89,6 +89,10 @@ type GenericFields struct {
 	// +kubebuilder:default="data.refund_no"
 	// +optional
 	RefundNo string `json:"refundNo,omitempty"`
+	// Account is the path of the merchant account the body carries (e.g. "account"). When set,
+	// notifications whose account differs from merchant.merchantID are refused.
+	// +optional
+	Account string `json:"account,omitempty"`
 	// PaidEvents are the event types that mean "payment succeeded".
 	// +kubebuilder:default={"payment.succeeded"}
 	// +optional

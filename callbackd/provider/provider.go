@@ -1,0 +1,111 @@
+// Package provider builds the adapter of a configured channel: it picks the provider's adapter,
+// loads the channel's key files (and keeps them current as they change), and wires the shared
+// metrics. The adapters themselves live in the subpackages wechatpay, alipay, stripe and
+// standardwebhooks.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
+	"github.com/seed-1cff2221/callback-platform/callbackd/config"
+	"github.com/seed-1cff2221/callback-platform/callbackd/keys"
+	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/telemetry"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/standardwebhooks"
+)
+
+// Options tune New beyond the channel's configuration. The zero value is production behaviour.
+type Options struct {
+	// Now is the clock of signed-timestamp checks; time.Now when nil.
+	Now func() time.Time
+	// ReloadInterval is the periodic key re-read; keys.DefaultInterval when zero.
+	ReloadInterval time.Duration
+}
+
+// New builds the adapter of channel ch. Key files are read now (a channel whose keys cannot be
+// read does not start) and re-read when they change until ctx is done. Metrics are registered
+// with reg (nil: not registered); several channels share the same collectors.
+func New(ctx context.Context, ch config.Channel, logger *slog.Logger, reg prometheus.Registerer) (notify.Adapter, error) {
+	return NewWithOptions(ctx, ch, logger, reg, Options{})
+}
+
+// NewWithOptions is New with a clock and reload timing, for tests and tools.
+func NewWithOptions(ctx context.Context, ch config.Channel, logger *slog.Logger, reg prometheus.Registerer, opts Options) (notify.Adapter, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("channel", ch.Name, "provider", string(ch.Provider))
+	if ch.Name == "" {
+		return nil, errors.New("provider: new adapter: channel name is required")
+	}
+	metrics, err := telemetry.New(reg)
+	if err != nil {
+		return nil, fmt.Errorf("provider: new adapter for channel %s: %w", ch.Name, err)
+	}
+	b := builder{ctx: ctx, ch: ch, logger: logger, metrics: metrics, opts: opts}
+	var a notify.Adapter
+	switch ch.Provider {
+	case callbackdv1alpha1.ProviderStandardWebhooks:
+		a, err = b.standardWebhooks()
+	default:
+		err = fmt.Errorf("unsupported provider %q", ch.Provider)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("provider: new adapter for channel %s: %w", ch.Name, err)
+	}
+	return a, nil
+}
+
+// builder carries what every adapter constructor needs.
+type builder struct {
+	ctx     context.Context
+	ch      config.Channel
+	logger  *slog.Logger
+	metrics *telemetry.Metrics
+	opts    Options
+}
+
+// keyOptions are the reload options of one key set of the channel.
+func (b builder) keyOptions(what string, paths []string) keys.Options {
+	return keys.Options{
+		Name:     fmt.Sprintf("channel %s: %s", b.ch.Name, what),
+		Paths:    paths,
+		Interval: b.opts.ReloadInterval,
+		Logger:   b.logger,
+		OnReload: func(err error) { b.metrics.Reloaded(b.ch.Name, err) },
+	}
+}
+
+func (b builder) accountPath() string {
+	if b.ch.Generic == nil {
+		return ""
+	}
+	return b.ch.Generic.Account
+}
+
+func (b builder) standardWebhooks() (notify.Adapter, error) {
+	files := b.ch.Keys.WebhookSecretFiles
+	secrets, err := keys.Load(b.ctx, func() (*standardwebhooks.Secrets, error) {
+		return standardwebhooks.LoadSecretFiles(files)
+	}, b.keyOptions("webhook secrets", files))
+	if err != nil {
+		return nil, err
+	}
+	return standardwebhooks.New(standardwebhooks.Config{
+		Channel:     b.ch.Name,
+		MerchantID:  b.ch.Merchant.MerchantID,
+		Generic:     b.ch.Generic,
+		AccountPath: b.accountPath(),
+		Tolerance:   b.ch.TimestampTolerance.Duration,
+		Secrets:     secrets,
+		Metrics:     b.metrics,
+		Now:         b.opts.Now,
+	})
+}
