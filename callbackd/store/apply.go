@@ -1,0 +1,616 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
+)
+
+// Outcome is what Apply did with a notification. It is a closed set, usable as a metric label.
+type Outcome string
+
+// The outcomes of Apply.
+const (
+	// Applied: this call committed the effect (order transition, ledger entry, outbox event).
+	Applied Outcome = "applied"
+	// Duplicate: a receipt for the idempotency key already existed, so the effect was committed
+	// earlier. Nothing was written; answer success.
+	Duplicate Outcome = "duplicate"
+	// UnknownOrder: no order with this number. Nothing was written, not even a receipt.
+	UnknownOrder Outcome = "unknown_order"
+	// AmountMismatch: the notified amount is not the order's. Nothing was written.
+	AmountMismatch Outcome = "amount_mismatch"
+	// MerchantMismatch: channel, merchant or sub-merchant differ from the order's. Nothing was
+	// written.
+	MerchantMismatch Outcome = "merchant_mismatch"
+	// CurrencyMismatch: the notified currency is not the order's. Nothing was written.
+	CurrencyMismatch Outcome = "currency_mismatch"
+	// Exception: a real payment event that cannot be applied to the order (a second, different
+	// payment; a payment of a closed order; a refund beyond the paid amount). It is recorded in
+	// payment_exceptions with an outbox event and a receipt; answer success so the provider
+	// stops, a person decides.
+	Exception Outcome = "exception"
+	// Ignored: a StatusIgnored notification. Nothing was written.
+	Ignored Outcome = "ignored"
+	// NoChange: the notification is valid but asks for nothing more (the close of a paid order,
+	// a failed refund, a payment already applied under an expired receipt). Its receipt is
+	// written; answer success.
+	NoChange Outcome = "no_change"
+)
+
+// Acknowledge reports whether the provider must be told success: the notification is durably
+// handled (now or before). The other outcomes are permanent failures.
+func (o Outcome) Acknowledge() bool {
+	switch o {
+	case Applied, Duplicate, Exception, Ignored, NoChange:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExceptionKind classifies a payment exception.
+type ExceptionKind string
+
+// The exception kinds.
+const (
+	// ExceptionDuplicatePayment: a second successful payment, with a different provider
+	// transaction id, of an order that is already paid. The customer paid twice.
+	ExceptionDuplicatePayment ExceptionKind = "duplicate_payment"
+	// ExceptionPaymentOnClosedOrder: a successful payment of an order that was closed.
+	ExceptionPaymentOnClosedOrder ExceptionKind = "payment_on_closed_order"
+	// ExceptionRefundExceedsPaid: a refund that would take the refunded total over the paid amount.
+	ExceptionRefundExceedsPaid ExceptionKind = "refund_exceeds_paid"
+	// ExceptionRefundOnClosedOrder: a refund of an order that was closed unpaid (usually the
+	// remedy of an earlier payment_on_closed_order).
+	ExceptionRefundOnClosedOrder ExceptionKind = "refund_on_closed_order"
+)
+
+// Outbox event types written by Apply.
+const (
+	EventPaymentSucceeded = "payment.succeeded"
+	EventRefundSucceeded  = "refund.succeeded"
+	EventOrderClosed      = "order.closed"
+	EventPaymentException = "payment.exception"
+)
+
+// Result describes what Apply did.
+type Result struct {
+	// Outcome is what happened.
+	Outcome Outcome
+	// OrderStatus is the order's status after the call ("" when the order is unknown).
+	OrderStatus string
+	// EventID is the stable id of the outbox event this notification produced (Applied,
+	// Exception, and a Duplicate of an applied notification), "" otherwise.
+	EventID string
+	// Detail is a short, secret-free explanation for logs (mismatches, exceptions, no change).
+	Detail string
+	// Exception is the exception kind for Outcome Exception.
+	Exception ExceptionKind
+}
+
+// maxApplyAttempts bounds the retries of a transaction that lost a serialization race.
+const maxApplyAttempts = 5
+
+// errLostRace: the guarded update found the order in another state than the locked read did.
+// It cannot happen while the row lock is held; it is retried like a serialization failure.
+var errLostRace = errors.New("order changed concurrently")
+
+// Apply applies the effect of one verified notification exactly once, in one transaction:
+// receipt insert (a conflict means Duplicate), order row lock, identity, currency and amount
+// checks (a mismatch rolls everything back, receipt included, so a later correct notification
+// still works), the status-guarded state transition, the ledger entry and the outbox event.
+//
+// Serialization failures and deadlocks are retried a bounded number of times. Any other error
+// (cancelled context, lost connection, timeout, ErrRefundBeforePayment) is returned after the
+// transaction was rolled back: nothing is half-written, and the caller answers the provider's
+// retryable failure.
+func (s *Store) Apply(ctx context.Context, n notify.Notification) (Result, error) {
+	if n.Status == notify.StatusIgnored {
+		return Result{Outcome: Ignored, Detail: "notification asks for no effect"}, nil
+	}
+	if res, err := precheck(n); err != nil || res.Outcome != "" {
+		return res, err
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.applyOnce(ctx, n)
+		if err == nil {
+			return res, nil
+		}
+		if !retryable(err) || attempt == maxApplyAttempts || ctx.Err() != nil {
+			return Result{}, fmt.Errorf("store: apply: %w", err)
+		}
+		s.logger.WarnContext(ctx, "retrying apply transaction",
+			slog.String("channel", n.Channel), slog.String("kind", string(n.Kind)),
+			slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		backoff := time.Duration(attempt)*5*time.Millisecond + rand.N(10*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("store: apply: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// precheck refuses notifications that no order can match, before touching the database.
+func precheck(n notify.Notification) (Result, error) {
+	switch n.Kind {
+	case notify.KindPayment, notify.KindClose:
+	case notify.KindRefund:
+		if n.OutRefundNo == "" {
+			return Result{}, fmt.Errorf("store: apply: %w: refund without out_refund_no", ErrInvalidInput)
+		}
+	default:
+		return Result{}, fmt.Errorf("store: apply: %w: unknown kind %q", ErrInvalidInput, n.Kind)
+	}
+	switch n.Status {
+	case notify.StatusSucceeded, notify.StatusFailed:
+	default:
+		return Result{}, fmt.Errorf("store: apply: %w: unknown status %q", ErrInvalidInput, n.Status)
+	}
+	if n.OutTradeNo == "" {
+		return Result{Outcome: UnknownOrder, Detail: "notification has no order number"}, nil
+	}
+	if n.Amount < 0 {
+		return Result{Outcome: AmountMismatch, Detail: "notified amount is negative"}, nil
+	}
+	return Result{}, nil
+}
+
+func retryable(err error) bool {
+	if errors.Is(err, errLostRace) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+	}
+	return false
+}
+
+// receiptKey is the key the notification's receipt is stored under. A notification that reports
+// a failure (a refund that did not go through) is recorded under its own key, so that it never
+// shadows a later success of the same event.
+func receiptKey(n notify.Notification) string {
+	key := n.IdempotencyKey()
+	if n.Status != notify.StatusSucceeded {
+		key += "|" + strings.ToLower(string(n.Status))
+	}
+	return key
+}
+
+// EventID derives the stable outbox event id of an effect from its idempotency key (and, for
+// exceptions, the provider transaction): the same notification always yields the same id, which
+// merchants use to deduplicate deliveries.
+func EventID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return "evt_" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// orderRow is the part of payment_orders that Apply decides on.
+type orderRow struct {
+	channel, merchantID, subMerchantID string
+	amount, refunded                   int64
+	currency, providerTxnID            string
+	status                             OrderStatus
+	// refundRecorded: for a refund, the ledger already holds this refund number.
+	refundRecorded bool
+}
+
+const (
+	insertReceiptSQL = `
+INSERT INTO callback_receipts (idempotency_key, channel, provider, merchant_id, sub_merchant_id,
+    order_no, kind, out_refund_no, status, amount, currency, provider_txn_id, notify_id,
+    body_digest, outcome, occurred_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'applied', $15)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id`
+	selectOrderForUpdateSQL = `
+SELECT channel, merchant_id, sub_merchant_id, amount, refunded_amount, currency, status, provider_txn_id
+FROM payment_orders WHERE order_no = $1 FOR UPDATE`
+	selectOrderNoLockSQL = `
+SELECT channel, merchant_id, sub_merchant_id, amount, refunded_amount, currency, status, provider_txn_id
+FROM payment_orders WHERE order_no = $1`
+)
+
+// applyOnce runs the transaction once. The deferred rollback uses a context of its own, so a
+// cancelled request still ends its transaction on the server at once.
+func (s *Store) applyOnce(ctx context.Context, n notify.Notification) (res Result, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx) // a no-op after Commit
+	}()
+
+	key := n.IdempotencyKey()
+	var occurred *time.Time
+	if !n.OccurredAt.IsZero() {
+		t := n.OccurredAt.UTC()
+		occurred = &t
+	}
+
+	// 1. The receipt. A conflict means the effect was committed by someone else, except for a
+	// second payment with a different provider transaction id under the same key: that one
+	// continues to the exception path and is never swallowed.
+	var receiptID int64
+	receiptWritten := true
+	err = tx.QueryRow(ctx, insertReceiptSQL, receiptKey(n), n.Channel, n.Provider, n.MerchantID,
+		n.SubMerchantID, n.OutTradeNo, string(n.Kind), n.OutRefundNo, string(n.Status), n.Amount,
+		n.Currency, n.ProviderTxnID, n.NotifyID, n.BodyDigest, occurred).Scan(&receiptID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		receiptWritten = false
+		var prevTxn, prevOutcome string
+		if err := tx.QueryRow(ctx,
+			`SELECT provider_txn_id, outcome FROM callback_receipts WHERE idempotency_key = $1`,
+			receiptKey(n)).Scan(&prevTxn, &prevOutcome); err != nil {
+			return Result{}, fmt.Errorf("read existing receipt: %w", err)
+		}
+		differentPayment := n.Kind == notify.KindPayment && n.Status == notify.StatusSucceeded &&
+			n.ProviderTxnID != "" && prevTxn != "" && n.ProviderTxnID != prevTxn
+		if !differentPayment {
+			res := Result{Outcome: Duplicate, Detail: "receipt already committed"}
+			if prevOutcome == string(Applied) {
+				res.EventID = EventID(key)
+			}
+			if err := tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_no = $1`,
+				n.OutTradeNo).Scan(&res.OrderStatus); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return Result{}, fmt.Errorf("read order status: %w", err)
+			}
+			return res, nil // rolled back: nothing was written
+		}
+	case err != nil:
+		return Result{}, fmt.Errorf("insert receipt: %w", err)
+	}
+
+	// 2. The order, locked until commit.
+	lockSQL := selectOrderForUpdateSQL
+	if s.hooks.skipRowLock {
+		lockSQL = selectOrderNoLockSQL
+	}
+	var o orderRow
+	err = tx.QueryRow(ctx, lockSQL, n.OutTradeNo).Scan(&o.channel, &o.merchantID, &o.subMerchantID,
+		&o.amount, &o.refunded, &o.currency, &o.status, &o.providerTxnID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{Outcome: UnknownOrder, Detail: "no order with this number"}, nil
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("lock order: %w", err)
+	}
+	if s.hooks.afterOrderRead != nil {
+		s.hooks.afterOrderRead()
+	}
+
+	// 3. Identity, currency, amount. A mismatch returns before Commit: nothing is written.
+	if res, mismatch := checkIdentity(n, o); mismatch {
+		return res, nil
+	}
+
+	if n.Kind == notify.KindRefund && n.Status == notify.StatusSucceeded {
+		// Under the row lock, so no concurrent refund can slip in between.
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ledger_entries
+WHERE order_no = $1 AND entry_type = 'refund' AND refund_no = $2)`, n.OutTradeNo, n.OutRefundNo).Scan(&o.refundRecorded)
+		if err != nil {
+			return Result{}, fmt.Errorf("read refund ledger: %w", err)
+		}
+	}
+
+	// 4. The decision.
+	d := decide(n, o)
+	if d.err != nil {
+		return Result{OrderStatus: string(o.status)}, d.err
+	}
+	switch d.outcome {
+	case Applied:
+		if err := s.transition(ctx, tx, n, o, d); err != nil {
+			return Result{}, err
+		}
+		if err := insertOutbox(ctx, tx, EventID(key), d.eventType, n, o, d.newStatus, ""); err != nil {
+			return Result{}, err
+		}
+		res = Result{Outcome: Applied, OrderStatus: string(d.newStatus), EventID: EventID(key), Detail: d.detail}
+	case Exception:
+		var exID int64
+		err := tx.QueryRow(ctx, `
+INSERT INTO payment_exceptions (kind, order_no, idempotency_key, provider_txn_id, amount, currency, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (order_no, idempotency_key, provider_txn_id) DO NOTHING
+RETURNING id`, string(d.exception), n.OutTradeNo, key, n.ProviderTxnID, n.Amount,
+			effectiveCurrency(n, o), d.detail).Scan(&exID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Only reachable without a fresh receipt: this exception was recorded before.
+			return Result{Outcome: Duplicate, OrderStatus: string(o.status), Detail: "exception already recorded",
+				EventID: EventID(key, "exception", n.ProviderTxnID)}, nil
+		}
+		if err != nil {
+			return Result{}, fmt.Errorf("insert exception: %w", err)
+		}
+		evt := EventID(key, "exception", n.ProviderTxnID)
+		if err := insertOutbox(ctx, tx, evt, EventPaymentException, n, o, o.status, d.exception); err != nil {
+			return Result{}, err
+		}
+		res = Result{Outcome: Exception, OrderStatus: string(o.status), EventID: evt, Detail: d.detail, Exception: d.exception}
+	case NoChange:
+		res = Result{Outcome: NoChange, OrderStatus: string(o.status), Detail: d.detail}
+	default:
+		return Result{}, fmt.Errorf("internal: undecided outcome %q", d.outcome)
+	}
+	if receiptWritten && res.Outcome != Applied {
+		if _, err := tx.Exec(ctx, `UPDATE callback_receipts SET outcome = $2 WHERE id = $1`,
+			receiptID, string(res.Outcome)); err != nil {
+			return Result{}, fmt.Errorf("record receipt outcome: %w", err)
+		}
+	}
+
+	// 5. Commit. Only now may the provider be told success.
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, fmt.Errorf("commit: %w", err)
+	}
+	return res, nil
+}
+
+// checkIdentity compares the notification with the order it names.
+func checkIdentity(n notify.Notification, o orderRow) (Result, bool) {
+	switch {
+	case n.Channel != o.channel:
+		return Result{Outcome: MerchantMismatch, OrderStatus: string(o.status),
+			Detail: "order belongs to another channel"}, true
+	case n.MerchantID != o.merchantID || n.SubMerchantID != o.subMerchantID:
+		return Result{Outcome: MerchantMismatch, OrderStatus: string(o.status),
+			Detail: "merchant identity differs from the order's"}, true
+	}
+	if n.Status != notify.StatusSucceeded || n.Kind == notify.KindClose {
+		return Result{}, false
+	}
+	// An empty currency is the provider's implicit one (WeChat Pay, Alipay) and is not compared.
+	if n.Currency != "" && !strings.EqualFold(n.Currency, o.currency) {
+		return Result{Outcome: CurrencyMismatch, OrderStatus: string(o.status),
+			Detail: fmt.Sprintf("notified currency %q, order currency %q", strings.ToUpper(n.Currency), o.currency)}, true
+	}
+	switch n.Kind {
+	case notify.KindPayment:
+		if n.Amount != o.amount {
+			return Result{Outcome: AmountMismatch, OrderStatus: string(o.status),
+				Detail: fmt.Sprintf("notified amount %d, order amount %d", n.Amount, o.amount)}, true
+		}
+	case notify.KindRefund:
+		if n.Amount <= 0 {
+			return Result{Outcome: AmountMismatch, OrderStatus: string(o.status),
+				Detail: fmt.Sprintf("notified refund amount %d is not positive", n.Amount)}, true
+		}
+	}
+	return Result{}, false
+}
+
+func effectiveCurrency(n notify.Notification, o orderRow) string {
+	if n.Currency != "" {
+		return strings.ToUpper(n.Currency)
+	}
+	return o.currency
+}
+
+// decision is what the state machine says about a notification for an order in a given state.
+type decision struct {
+	outcome   Outcome
+	newStatus OrderStatus
+	eventType string
+	exception ExceptionKind
+	detail    string
+	// err ends the transaction without writing (e.g. refund before payment).
+	err error
+}
+
+// decide is the order state machine: PENDING → PAID → PARTIALLY_REFUNDED → REFUNDED, and
+// PENDING → CLOSED; only forward.
+func decide(n notify.Notification, o orderRow) decision {
+	if n.Status == notify.StatusFailed {
+		return decision{outcome: NoChange, detail: fmt.Sprintf("provider reports the %s failed", n.Kind)}
+	}
+	switch n.Kind {
+	case notify.KindPayment:
+		switch o.status {
+		case StatusPending:
+			return decision{outcome: Applied, newStatus: StatusPaid, eventType: EventPaymentSucceeded}
+		case StatusClosed:
+			return decision{outcome: Exception, exception: ExceptionPaymentOnClosedOrder,
+				detail: "successful payment of a closed order"}
+		default: // PAID, PARTIALLY_REFUNDED, REFUNDED
+			if n.ProviderTxnID == "" || n.ProviderTxnID == o.providerTxnID {
+				return decision{outcome: NoChange, detail: "payment already applied"}
+			}
+			return decision{outcome: Exception, exception: ExceptionDuplicatePayment,
+				detail: "second successful payment with a different provider transaction"}
+		}
+	case notify.KindClose:
+		if o.status == StatusPending {
+			return decision{outcome: Applied, newStatus: StatusClosed, eventType: EventOrderClosed}
+		}
+		return decision{outcome: NoChange, detail: fmt.Sprintf("close ignored: order is %s", o.status)}
+	default: // refund
+		switch o.status {
+		case StatusPending:
+			return decision{err: ErrRefundBeforePayment}
+		case StatusClosed:
+			return decision{outcome: Exception, exception: ExceptionRefundOnClosedOrder,
+				detail: "refund of a closed order"}
+		}
+		if o.refundRecorded {
+			return decision{outcome: NoChange, detail: "refund already applied"}
+		}
+		remaining := o.amount - o.refunded
+		if n.Amount > remaining {
+			return decision{outcome: Exception, exception: ExceptionRefundExceedsPaid,
+				detail: fmt.Sprintf("refund %d exceeds the remaining refundable amount %d", n.Amount, remaining)}
+		}
+		newStatus := StatusPartiallyRefunded
+		if n.Amount == remaining {
+			newStatus = StatusRefunded
+		}
+		return decision{outcome: Applied, newStatus: newStatus, eventType: EventRefundSucceeded}
+	}
+}
+
+// transition performs the state change decided for an Applied notification: the status-guarded
+// update (whose affected-row count is checked) and the ledger entry (unique per order, entry type
+// and refund number). A guard that matches no row means the order changed under us; the whole
+// transaction is then retried and decided again.
+func (s *Store) transition(ctx context.Context, tx pgx.Tx, n notify.Notification, o orderRow, d decision) error {
+	var occurred *time.Time
+	if !n.OccurredAt.IsZero() {
+		t := n.OccurredAt.UTC()
+		occurred = &t
+	}
+	guard := ` AND status = 'PENDING'`
+	if s.hooks.unguardedUpdate {
+		guard = ``
+	}
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	switch n.Kind {
+	case notify.KindPayment:
+		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+SET status = 'PAID', provider_txn_id = $2, paid_at = COALESCE($3, now()), updated_at = now()
+WHERE order_no = $1`+guard, n.OutTradeNo, n.ProviderTxnID, occurred)
+	case notify.KindClose:
+		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+SET status = 'CLOSED', closed_at = COALESCE($2, now()), updated_at = now()
+WHERE order_no = $1`+guard, n.OutTradeNo, occurred)
+	case notify.KindRefund:
+		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+SET refunded_amount = refunded_amount + $2,
+    status = CASE WHEN refunded_amount + $2 = amount THEN 'REFUNDED' ELSE 'PARTIALLY_REFUNDED' END,
+    updated_at = now()
+WHERE order_no = $1 AND status IN ('PAID', 'PARTIALLY_REFUNDED') AND refunded_amount + $2 <= amount`,
+			n.OutTradeNo, n.Amount)
+	}
+	if err != nil {
+		return fmt.Errorf("update order: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return errLostRace
+	}
+	if n.Kind == notify.KindClose {
+		return nil // a close moves no money: no ledger entry
+	}
+	entryType, refundNo := "payment", ""
+	if n.Kind == notify.KindRefund {
+		entryType, refundNo = "refund", n.OutRefundNo
+	}
+	if _, err := tx.Exec(ctx, `
+INSERT INTO ledger_entries (order_no, entry_type, refund_no, amount, currency, provider_txn_id,
+    provider_refund_id, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		n.OutTradeNo, entryType, refundNo, n.Amount, o.currency, n.ProviderTxnID, n.ProviderRefundID,
+		n.IdempotencyKey()); err != nil {
+		return fmt.Errorf("insert ledger entry: %w", err)
+	}
+	return nil
+}
+
+// EventPayload is the JSON body of an outbox event, delivered to the merchant's systems.
+type EventPayload struct {
+	EventID          string        `json:"event_id"`
+	Type             string        `json:"type"`
+	Channel          string        `json:"channel"`
+	MerchantID       string        `json:"merchant_id"`
+	SubMerchantID    string        `json:"sub_merchant_id,omitempty"`
+	OrderNo          string        `json:"order_no"`
+	RefundNo         string        `json:"refund_no,omitempty"`
+	Amount           int64         `json:"amount"`
+	Currency         string        `json:"currency"`
+	ProviderTxnID    string        `json:"provider_txn_id,omitempty"`
+	ProviderRefundID string        `json:"provider_refund_id,omitempty"`
+	OrderStatus      string        `json:"order_status"`
+	Exception        ExceptionKind `json:"exception,omitempty"`
+	OccurredAt       *time.Time    `json:"occurred_at,omitempty"`
+}
+
+func insertOutbox(ctx context.Context, tx pgx.Tx, eventID, eventType string, n notify.Notification,
+	o orderRow, status OrderStatus, exception ExceptionKind) error {
+	p := EventPayload{
+		EventID:          eventID,
+		Type:             eventType,
+		Channel:          n.Channel,
+		MerchantID:       n.MerchantID,
+		SubMerchantID:    n.SubMerchantID,
+		OrderNo:          n.OutTradeNo,
+		RefundNo:         n.OutRefundNo,
+		Amount:           n.Amount,
+		Currency:         effectiveCurrency(n, o),
+		ProviderTxnID:    n.ProviderTxnID,
+		ProviderRefundID: n.ProviderRefundID,
+		OrderStatus:      string(status),
+		Exception:        exception,
+	}
+	if !n.OccurredAt.IsZero() {
+		t := n.OccurredAt.UTC()
+		p.OccurredAt = &t
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode outbox payload: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+INSERT INTO outbox_events (event_id, channel, order_no, event_type, payload)
+VALUES ($1, $2, $3, $4, $5::jsonb)`, eventID, n.Channel, n.OutTradeNo, eventType, string(body)); err != nil {
+		return fmt.Errorf("insert outbox event: %w", err)
+	}
+	return nil
+}
+
+// ReceiptCommitted reports whether a receipt for the idempotency key is committed, i.e. whether
+// the notification's effect is durably handled. The pipeline asks when Redis says another
+// request holds the key.
+//
+// For payments prefer NotificationCommitted: a second, different payment shares the key of the
+// first one, and only NotificationCommitted tells them apart.
+func (s *Store) ReceiptCommitted(ctx context.Context, key string) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM callback_receipts WHERE idempotency_key = $1)`, key).Scan(&ok); err != nil {
+		return false, fmt.Errorf("store: receipt committed: %w", err)
+	}
+	return ok, nil
+}
+
+// NotificationCommitted reports whether this very notification is durably handled: a receipt for
+// its key with the same provider transaction, or the exception recorded for it.
+func (s *Store) NotificationCommitted(ctx context.Context, n notify.Notification) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM callback_receipts
+               WHERE idempotency_key = $1
+                 AND ($5 <> 'payment' OR $2 = '' OR provider_txn_id = '' OR provider_txn_id = $2))
+    OR EXISTS (SELECT 1 FROM payment_exceptions
+               WHERE order_no = $3 AND idempotency_key = $4 AND provider_txn_id = $2)`,
+		receiptKey(n), n.ProviderTxnID, n.OutTradeNo, n.IdempotencyKey(), string(n.Kind)).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("store: notification committed: %w", err)
+	}
+	return ok, nil
+}
