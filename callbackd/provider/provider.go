@@ -19,6 +19,7 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/telemetry"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/standardwebhooks"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/wechatpay"
 )
 
 // Options tune New beyond the channel's configuration. The zero value is production behaviour.
@@ -54,6 +55,8 @@ func NewWithOptions(ctx context.Context, ch config.Channel, logger *slog.Logger,
 	switch ch.Provider {
 	case callbackdv1alpha1.ProviderStandardWebhooks:
 		a, err = b.standardWebhooks()
+	case callbackdv1alpha1.ProviderWeChatPay:
+		a, err = b.wechatPay()
 	default:
 		err = fmt.Errorf("unsupported provider %q", ch.Provider)
 	}
@@ -107,5 +110,28 @@ func (b builder) standardWebhooks() (notify.Adapter, error) {
 		Secrets:     secrets,
 		Metrics:     b.metrics,
 		Now:         b.opts.Now,
+	})
+}
+
+func (b builder) wechatPay() (notify.Adapter, error) {
+	k := b.ch.Keys
+	if k.WeChatAPIv3KeyFile == "" || k.WeChatPublicKeyDir == "" {
+		return nil, errors.New("keys.wechatAPIv3KeyFile and keys.wechatPublicKeyDir are required")
+	}
+	set, err := keys.Load(b.ctx, func() (*wechatpay.Keys, error) {
+		return wechatpay.LoadKeys(k.WeChatAPIv3KeyFile, k.WeChatPublicKeyDir)
+	}, b.keyOptions("WeChat Pay keys", []string{k.WeChatAPIv3KeyFile, k.WeChatPublicKeyDir}))
+	if err != nil {
+		return nil, err
+	}
+	return wechatpay.New(wechatpay.Config{
+		Channel:   b.ch.Name,
+		MchID:     b.ch.Merchant.MerchantID,
+		SubMchID:  b.ch.Merchant.SubMerchantID,
+		AppID:     b.ch.Merchant.AppID,
+		Tolerance: b.ch.TimestampTolerance.Duration,
+		Keys:      set,
+		Metrics:   b.metrics,
+		Now:       b.opts.Now,
 	})
 }

@@ -178,8 +178,9 @@ func (a *Adapter) Verify(h Headers, body []byte) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, notify.Errorf(notify.ReasonMalformed, "webhook-timestamp is not a unix time in seconds")
 	}
-	if d := a.cfg.Now().Sub(ts); d >= a.cfg.Tolerance || -d >= a.cfg.Tolerance {
-		return time.Time{}, notify.Errorf(notify.ReasonStaleTimestamp, "webhook-timestamp is %s away from now (tolerance %s)", d.Round(time.Second), a.cfg.Tolerance)
+	// Whole seconds, as the provider compares: |now - ts| >= tolerance is refused.
+	if d := time.Duration(a.cfg.Now().Unix()-ts.Unix()) * time.Second; d >= a.cfg.Tolerance || -d >= a.cfg.Tolerance {
+		return time.Time{}, notify.Errorf(notify.ReasonStaleTimestamp, "webhook-timestamp is %s away from now (tolerance %s)", d, a.cfg.Tolerance)
 	}
 	var sigs [][]byte
 	for _, f := range strings.Fields(h.Signature) {
