@@ -155,11 +155,15 @@ func TestParse(t *testing.T) {
 		want    notify.Notification
 	}{
 		{name: "payment signed with the platform certificate",
-			build: func() (paysim.Notification, error) { return signer(f, false).Payment(paidTx("A1", 999), paysim.WeChatOptions{}) },
+			build: func() (paysim.Notification, error) {
+				return signer(f, false).Payment(paidTx("A1", 999), paysim.WeChatOptions{})
+			},
 			want: notify.Notification{MerchantID: testMchID, OutTradeNo: "A1", Kind: notify.KindPayment, Status: notify.StatusSucceeded,
 				Amount: 999, Currency: "CNY", ProviderTxnID: "4200000000202601010000000001", OccurredAt: time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)}},
 		{name: "payment signed with the PUB_KEY_ID_ public key",
-			build: func() (paysim.Notification, error) { return signer(f, true).Payment(paidTx("A2", 1), paysim.WeChatOptions{}) },
+			build: func() (paysim.Notification, error) {
+				return signer(f, true).Payment(paidTx("A2", 1), paysim.WeChatOptions{})
+			},
 			want: notify.Notification{MerchantID: testMchID, OutTradeNo: "A2", Kind: notify.KindPayment, Status: notify.StatusSucceeded,
 				Amount: 1, Currency: "CNY", ProviderTxnID: "4200000000202601010000000001", OccurredAt: time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)}},
 		{name: "explicit signature type",
@@ -173,7 +177,9 @@ func TestParse(t *testing.T) {
 			want: notify.Notification{MerchantID: testMchID, OutTradeNo: "N1", Kind: notify.KindPayment, Status: notify.StatusIgnored,
 				ProviderTxnID: "4200000000202601010000000001"}},
 		{name: "service provider payment", options: adapterOptions{subMchID: "1900000109"},
-			build: func() (paysim.Notification, error) { return signer(f, false).Payment(serviceTx, paysim.WeChatOptions{}) },
+			build: func() (paysim.Notification, error) {
+				return signer(f, false).Payment(serviceTx, paysim.WeChatOptions{})
+			},
 			want: notify.Notification{MerchantID: testMchID, SubMerchantID: "1900000109", OutTradeNo: "SP1", Kind: notify.KindPayment,
 				Status: notify.StatusSucceeded, Amount: 500, Currency: "CNY", ProviderTxnID: "4200000000202601010000000001",
 				OccurredAt: time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)}},
@@ -418,7 +424,9 @@ func FuzzParse(f *testing.F) {
 	}
 	now := time.Now()
 	seeds := []func() (paysim.Notification, error){
-		func() (paysim.Notification, error) { return signer(fx, false).Payment(paidTx("F1", 100), paysim.WeChatOptions{}) },
+		func() (paysim.Notification, error) {
+			return signer(fx, false).Payment(paidTx("F1", 100), paysim.WeChatOptions{})
+		},
 		func() (paysim.Notification, error) {
 			return signer(fx, true).Refund(refundOf("F1", "FR1", "SUCCESS", 10), paysim.WeChatOptions{})
 		},
