@@ -17,8 +17,10 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
 	"github.com/seed-1cff2221/callback-platform/callbackd/keys"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/alipay"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/telemetry"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/standardwebhooks"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/stripe"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/wechatpay"
 )
 
@@ -57,6 +59,10 @@ func NewWithOptions(ctx context.Context, ch config.Channel, logger *slog.Logger,
 		a, err = b.standardWebhooks()
 	case callbackdv1alpha1.ProviderWeChatPay:
 		a, err = b.wechatPay()
+	case callbackdv1alpha1.ProviderAlipay:
+		a, err = b.alipay()
+	case callbackdv1alpha1.ProviderStripe:
+		a, err = b.stripe()
 	default:
 		err = fmt.Errorf("unsupported provider %q", ch.Provider)
 	}
@@ -133,5 +139,45 @@ func (b builder) wechatPay() (notify.Adapter, error) {
 		Keys:      set,
 		Metrics:   b.metrics,
 		Now:       b.opts.Now,
+	})
+}
+
+func (b builder) alipay() (notify.Adapter, error) {
+	file := b.ch.Keys.AlipayPublicKeyFile
+	if file == "" {
+		return nil, errors.New("keys.alipayPublicKeyFile is required")
+	}
+	set, err := keys.Load(b.ctx, func() (*alipay.Keys, error) {
+		return alipay.LoadKeys(file)
+	}, b.keyOptions("Alipay public key", []string{file}))
+	if err != nil {
+		return nil, err
+	}
+	return alipay.New(alipay.Config{
+		Channel:  b.ch.Name,
+		AppID:    b.ch.Merchant.MerchantID,
+		SellerID: b.ch.Merchant.SellerID,
+		Keys:     set,
+		Metrics:  b.metrics,
+	})
+}
+
+func (b builder) stripe() (notify.Adapter, error) {
+	files := b.ch.Keys.WebhookSecretFiles
+	secrets, err := keys.Load(b.ctx, func() (*stripe.Secrets, error) {
+		return stripe.LoadSecretFiles(files)
+	}, b.keyOptions("webhook secrets", files))
+	if err != nil {
+		return nil, err
+	}
+	return stripe.New(stripe.Config{
+		Channel:     b.ch.Name,
+		MerchantID:  b.ch.Merchant.MerchantID,
+		Generic:     b.ch.Generic,
+		AccountPath: b.accountPath(),
+		Tolerance:   b.ch.TimestampTolerance.Duration,
+		Secrets:     secrets,
+		Metrics:     b.metrics,
+		Now:         b.opts.Now,
 	})
 }
