@@ -60,17 +60,7 @@ func TestRedisMasterKilledDuringStorm(t *testing.T) {
 	}
 	killedAt := time.Now()
 	master.Kill(t)
-	newMaster := ""
-	for time.Since(killedAt) < 60*time.Second {
-		if addr := rg.MasterAddr(); addr != "" && addr != oldMaster {
-			newMaster = addr
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if newMaster == "" {
-		t.Fatalf("Sentinel did not promote a new master within 60s of killing %s", oldMaster)
-	}
+	newMaster := rg.WaitForMaster(t, oldMaster, 60*time.Second)
 	promoted := time.Since(killedAt)
 	<-results
 	stormDone := time.Since(killedAt)

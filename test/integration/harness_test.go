@@ -24,6 +24,7 @@ import (
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
+	"github.com/seed-1cff2221/callback-platform/callbackd/merchantapi"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -412,6 +413,30 @@ func (s *stack) createOrder(ctx context.Context, inst *instance, p payment, mid 
 	defer resp.Body.Close()
 	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, string(rb), nil
+}
+
+// getOrder reads an order through the merchant API.
+func (s *stack) getOrder(t testing.TB, inst *instance, orderNo string) merchantapi.OrderView {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, inst.base+"/v1/orders/"+orderNo, nil)
+	if err != nil {
+		t.Fatalf("GET order: %v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.apiToken)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/orders/%s: %v", orderNo, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/orders/%s: expected 200, got %d %s", orderNo, resp.StatusCode, body)
+	}
+	var v merchantapi.OrderView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("GET /v1/orders/%s: decode %s: %v", orderNo, body, err)
+	}
+	return v
 }
 
 // registerOrders registers every payment concurrently (8 at a time) through inst.

@@ -86,6 +86,12 @@ func replay(t *testing.T, s *stack, insts []*instance) {
 		sends, len(insts), elapsed.Round(time.Millisecond), sends-rejects-failed, firstTry, retries, rejects, failed, format(dups))
 	s.expectExactlyOnce(t, 1)
 	t.Logf("database: %s", s.counts(t))
+
+	// The merchant sees the payment through the orders API of any instance.
+	got := s.getOrder(t, insts[len(insts)-1], p.OrderNo)
+	if got.Status != "PAID" || got.ProviderTxnID != p.TxnID || got.PaidAt == nil || len(got.LedgerEntries) != 1 || got.LedgerEntries[0].Amount != p.Amount {
+		t.Errorf("GET /v1/orders/%s: expected PAID by %s with one ledger entry of %d, got %+v", p.OrderNo, p.TxnID, p.Amount, got)
+	}
 }
 
 // gateCounts sums callbackd_duplicates_stopped_total per gate over the instances.
