@@ -65,7 +65,7 @@ type Claim struct {
 }
 
 // Held reports whether this request holds the key.
-func (c Claim) Held() bool { return c.Outcome == Claimed && c.token != "" }
+func (c Claim) Held() bool { return c.Outcome == Claimed }
 
 // releaseScript deletes the key only when it still holds our token: a claim that expired and was
 // taken by another request is never released by its former holder. One atomic step, not a read
@@ -132,7 +132,7 @@ func (c *Claims) Claim(ctx context.Context, channel string, k Key, lockTTL time.
 // can be processed at once instead of waiting for the lock TTL. It deletes the key only while it
 // still holds this claim's token. released is false when there was nothing of ours to delete.
 func (c *Claims) Release(ctx context.Context, cl Claim) (released bool, err error) {
-	if !cl.Held() {
+	if !cl.Held() || cl.token == "" {
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
