@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,18 +118,27 @@ func newMigrationProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, err
 // LatestSchemaVersion is the highest migration version embedded in this binary. A daemon whose
 // database reports a lower SchemaVersion must not serve.
 func LatestSchemaVersion() int64 {
-	var latest int64
-	entries, err := fs.ReadDir(migrationsFS(), ".")
-	if err != nil {
+	versions := embeddedVersions()
+	if len(versions) == 0 {
 		return 0
 	}
+	return versions[len(versions)-1]
+}
+
+// embeddedVersions lists the embedded migration versions in ascending order.
+func embeddedVersions() []int64 {
+	entries, err := fs.ReadDir(migrationsFS(), ".")
+	if err != nil {
+		return nil
+	}
+	var versions []int64
 	for _, e := range entries {
-		v, err := goose.NumericComponent(e.Name())
-		if err == nil && v > latest {
-			latest = v
+		if v, err := goose.NumericComponent(e.Name()); err == nil {
+			versions = append(versions, v)
 		}
 	}
-	return latest
+	slices.Sort(versions)
+	return versions
 }
 
 // SchemaVersion returns the highest migration version applied to the database, 0 for a database
