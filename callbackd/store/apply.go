@@ -323,49 +323,60 @@ WHERE order_no = $1 AND entry_type = 'refund' AND refund_no = $2)`, n.OutTradeNo
 	if d.err != nil {
 		return Result{OrderStatus: string(o.status)}, d.err
 	}
+	// 5. The writes, sent in one round trip (a pgx pipeline inside the transaction): the row
+	// lock is held for as short a time as possible. The first statement's result decides; the
+	// rest run (or fail) inside the transaction, which is rolled back unless every one succeeded.
+	var writes []statement
 	switch d.outcome {
 	case Applied:
-		if err := s.transition(ctx, tx, n, o, d); err != nil {
-			return Result{}, err
-		}
-		if err := insertOutbox(ctx, tx, EventID(key), d.eventType, n, o, d.newStatus, ""); err != nil {
-			return Result{}, err
-		}
 		res = Result{Outcome: Applied, OrderStatus: string(d.newStatus), EventID: EventID(key), Detail: d.detail}
+		writes = append(writes, s.transitionStatement(n, d))
+		if n.Kind != notify.KindClose { // a close moves no money: no ledger entry
+			writes = append(writes, ledgerStatement(n, o))
+		}
 	case Exception:
-		var exID int64
-		err := tx.QueryRow(ctx, `
+		res = Result{Outcome: Exception, OrderStatus: string(o.status), Detail: d.detail, Exception: d.exception,
+			EventID: EventID(key, "exception", n.ProviderTxnID)}
+		writes = append(writes, statement{what: "insert exception", sql: `
 INSERT INTO payment_exceptions (kind, order_no, idempotency_key, provider_txn_id, amount, currency, detail)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (order_no, idempotency_key, provider_txn_id) DO NOTHING
-RETURNING id`, string(d.exception), n.OutTradeNo, key, n.ProviderTxnID, n.Amount,
-			effectiveCurrency(n, o), d.detail).Scan(&exID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Only reachable without a fresh receipt: this exception was recorded before.
-			return Result{Outcome: Duplicate, OrderStatus: string(o.status), Detail: "exception already recorded",
-				EventID: EventID(key, "exception", n.ProviderTxnID)}, nil
-		}
-		if err != nil {
-			return Result{}, fmt.Errorf("insert exception: %w", err)
-		}
-		evt := EventID(key, "exception", n.ProviderTxnID)
-		if err := insertOutbox(ctx, tx, evt, EventPaymentException, n, o, o.status, d.exception); err != nil {
-			return Result{}, err
-		}
-		res = Result{Outcome: Exception, OrderStatus: string(o.status), EventID: evt, Detail: d.detail, Exception: d.exception}
+ON CONFLICT (order_no, idempotency_key, provider_txn_id) DO NOTHING`,
+			args: []any{string(d.exception), n.OutTradeNo, key, n.ProviderTxnID, n.Amount, effectiveCurrency(n, o), d.detail}})
 	case NoChange:
 		res = Result{Outcome: NoChange, OrderStatus: string(o.status), Detail: d.detail}
 	default:
 		return Result{}, fmt.Errorf("internal: undecided outcome %q", d.outcome)
 	}
-	if receiptWritten && res.Outcome != Applied {
-		if _, err := tx.Exec(ctx, `UPDATE callback_receipts SET outcome = $2 WHERE id = $1`,
-			receiptID, string(res.Outcome)); err != nil {
-			return Result{}, fmt.Errorf("record receipt outcome: %w", err)
+	if res.EventID != "" {
+		eventType, status := d.eventType, d.newStatus
+		if res.Outcome == Exception {
+			eventType, status = EventPaymentException, o.status
 		}
+		w, err := outboxStatement(res.EventID, eventType, n, o, status, d.exception)
+		if err != nil {
+			return Result{}, err
+		}
+		writes = append(writes, w)
+	}
+	if receiptWritten && res.Outcome != Applied {
+		writes = append(writes, statement{what: "record receipt outcome",
+			sql: `UPDATE callback_receipts SET outcome = $2 WHERE id = $1`, args: []any{receiptID, string(res.Outcome)}})
+	}
+	first, err := execPipeline(ctx, tx, writes)
+	if err != nil {
+		return Result{}, err
+	}
+	switch {
+	case res.Outcome == Applied && first.RowsAffected() != 1:
+		// The guard matched nothing: the order changed since it was read.
+		return Result{}, errLostRace
+	case res.Outcome == Exception && first.RowsAffected() == 0:
+		// Only reachable without a fresh receipt: this exception was recorded before.
+		return Result{Outcome: Duplicate, OrderStatus: string(o.status), Detail: "exception already recorded",
+			EventID: res.EventID}, nil
 	}
 
-	// 5. Commit. Only now may the provider be told success.
+	// 6. Commit. Only now may the provider be told success.
 	if err := tx.Commit(ctx); err != nil {
 		return Result{}, fmt.Errorf("commit: %w", err)
 	}
@@ -473,11 +484,45 @@ func decide(n notify.Notification, o orderRow) decision {
 	}
 }
 
-// transition performs the state change decided for an Applied notification: the status-guarded
-// update (whose affected-row count is checked) and the ledger entry (unique per order, entry type
-// and refund number). A guard that matches no row means the order changed under us; the whole
-// transaction is then retried and decided again.
-func (s *Store) transition(ctx context.Context, tx pgx.Tx, n notify.Notification, o orderRow, d decision) error {
+// statement is one SQL statement of the write pipeline.
+type statement struct {
+	what string // the operation's name, for errors
+	sql  string
+	args []any
+}
+
+// execPipeline sends the statements in one batch and returns the first one's command tag. An
+// error names the statement that failed; the caller's transaction is then rolled back.
+func execPipeline(ctx context.Context, tx pgx.Tx, stmts []statement) (pgconn.CommandTag, error) {
+	if len(stmts) == 0 {
+		return pgconn.CommandTag{}, nil
+	}
+	batch := &pgx.Batch{}
+	for _, st := range stmts {
+		batch.Queue(st.sql, st.args...)
+	}
+	br := tx.SendBatch(ctx, batch)
+	var first pgconn.CommandTag
+	for i, st := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return pgconn.CommandTag{}, fmt.Errorf("%s: %w", st.what, err)
+		}
+		if i == 0 {
+			first = tag
+		}
+	}
+	if err := br.Close(); err != nil {
+		return pgconn.CommandTag{}, fmt.Errorf("write pipeline: %w", err)
+	}
+	return first, nil
+}
+
+// transitionStatement is the status-guarded update of an Applied decision. The caller checks
+// that it affected exactly one row: a guard that matches nothing means the order changed under
+// us, and the whole transaction is retried and decided again.
+func (s *Store) transitionStatement(n notify.Notification, d decision) statement {
 	var occurred *time.Time
 	if !n.OccurredAt.IsZero() {
 		t := n.OccurredAt.UTC()
@@ -487,49 +532,38 @@ func (s *Store) transition(ctx context.Context, tx pgx.Tx, n notify.Notification
 	if s.hooks.unguardedUpdate {
 		guard = ``
 	}
-	var (
-		tag pgconn.CommandTag
-		err error
-	)
 	switch n.Kind {
 	case notify.KindPayment:
-		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+		return statement{what: "mark order paid", sql: `UPDATE payment_orders
 SET status = 'PAID', provider_txn_id = $2, paid_at = COALESCE($3, now()), updated_at = now()
-WHERE order_no = $1`+guard, n.OutTradeNo, n.ProviderTxnID, occurred)
+WHERE order_no = $1` + guard, args: []any{n.OutTradeNo, n.ProviderTxnID, occurred}}
 	case notify.KindClose:
-		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+		return statement{what: "mark order closed", sql: `UPDATE payment_orders
 SET status = 'CLOSED', closed_at = COALESCE($2, now()), updated_at = now()
-WHERE order_no = $1`+guard, n.OutTradeNo, occurred)
-	case notify.KindRefund:
-		tag, err = tx.Exec(ctx, `UPDATE payment_orders
+WHERE order_no = $1` + guard, args: []any{n.OutTradeNo, occurred}}
+	default: // refund
+		return statement{what: "record refund on order", sql: `UPDATE payment_orders
 SET refunded_amount = refunded_amount + $2,
     status = CASE WHEN refunded_amount + $2 = amount THEN 'REFUNDED' ELSE 'PARTIALLY_REFUNDED' END,
     updated_at = now()
 WHERE order_no = $1 AND status IN ('PAID', 'PARTIALLY_REFUNDED') AND refunded_amount + $2 <= amount`,
-			n.OutTradeNo, n.Amount)
+			args: []any{n.OutTradeNo, n.Amount}}
 	}
-	if err != nil {
-		return fmt.Errorf("update order: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return errLostRace
-	}
-	if n.Kind == notify.KindClose {
-		return nil // a close moves no money: no ledger entry
-	}
+}
+
+// ledgerStatement records the money movement; the table's unique key (order, entry type,
+// refund number) makes a second recording of one effect fail the transaction.
+func ledgerStatement(n notify.Notification, o orderRow) statement {
 	entryType, refundNo := "payment", ""
 	if n.Kind == notify.KindRefund {
 		entryType, refundNo = "refund", n.OutRefundNo
 	}
-	if _, err := tx.Exec(ctx, `
+	return statement{what: "insert ledger entry", sql: `
 INSERT INTO ledger_entries (order_no, entry_type, refund_no, amount, currency, provider_txn_id,
     provider_refund_id, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		n.OutTradeNo, entryType, refundNo, n.Amount, o.currency, n.ProviderTxnID, n.ProviderRefundID,
-		n.IdempotencyKey()); err != nil {
-		return fmt.Errorf("insert ledger entry: %w", err)
-	}
-	return nil
+		args: []any{n.OutTradeNo, entryType, refundNo, n.Amount, o.currency, n.ProviderTxnID,
+			n.ProviderRefundID, n.IdempotencyKey()}}
 }
 
 // EventPayload is the JSON body of an outbox event, delivered to the merchant's systems.
@@ -550,8 +584,10 @@ type EventPayload struct {
 	OccurredAt       *time.Time    `json:"occurred_at,omitempty"`
 }
 
-func insertOutbox(ctx context.Context, tx pgx.Tx, eventID, eventType string, n notify.Notification,
-	o orderRow, status OrderStatus, exception ExceptionKind) error {
+// outboxStatement is the insert of the effect's outbox event. A conflict on the stable event id
+// writes nothing (the event exists); it can only happen on a path that is rolled back anyway.
+func outboxStatement(eventID, eventType string, n notify.Notification, o orderRow, status OrderStatus,
+	exception ExceptionKind) (statement, error) {
 	p := EventPayload{
 		EventID:          eventID,
 		Type:             eventType,
@@ -573,14 +609,12 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, eventID, eventType string, n n
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
-		return fmt.Errorf("encode outbox payload: %w", err)
+		return statement{}, fmt.Errorf("encode outbox payload: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `
+	return statement{what: "insert outbox event", sql: `
 INSERT INTO outbox_events (event_id, channel, order_no, event_type, payload)
-VALUES ($1, $2, $3, $4, $5::jsonb)`, eventID, n.Channel, n.OutTradeNo, eventType, string(body)); err != nil {
-		return fmt.Errorf("insert outbox event: %w", err)
-	}
-	return nil
+VALUES ($1, $2, $3, $4, $5::jsonb)
+ON CONFLICT (event_id) DO NOTHING`, args: []any{eventID, n.Channel, n.OutTradeNo, eventType, string(body)}}, nil
 }
 
 // ReceiptCommitted reports whether a receipt for the idempotency key is committed, i.e. whether

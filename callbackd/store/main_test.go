@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -115,7 +115,7 @@ func emptyDatabase(t testing.TB) string {
 }
 
 // newStore returns a store on a fresh, migrated database of its own.
-func newStore(t *testing.T) *Store {
+func newStore(t testing.TB) *Store {
 	t.Helper()
 	ctx := testContext(t)
 	dsn := migratedDatabase(t)
