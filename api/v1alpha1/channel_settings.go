@@ -41,25 +41,27 @@ type MerchantIdentity struct {
 
 // TTLs are the lifetimes of the deduplication state. The success mark must outlive the provider's
 // whole retry span, or a late retry would fall through to the database (harmless, but slower).
+// Durations are omitzero so that a typed Go client leaves an unset one out and the CRD default
+// applies (a zero metav1.Duration would otherwise be sent as "0s").
 type TTLs struct {
 	// Lock is how long a Redis claim is held while one request processes a key. Database
 	// statement and lock timeouts are derived to stay below it.
 	// +kubebuilder:default="10s"
 	// +optional
-	Lock metav1.Duration `json:"lock,omitempty"`
+	Lock metav1.Duration `json:"lock,omitempty,omitzero"`
 	// SuccessMark is how long Redis remembers a finished key.
 	// +kubebuilder:default="48h"
 	// +optional
-	SuccessMark metav1.Duration `json:"successMark,omitempty"`
+	SuccessMark metav1.Duration `json:"successMark,omitempty,omitzero"`
 	// GatewayWindow is how long one replica remembers, in process, keys it finished itself.
 	// +kubebuilder:default="60s"
 	// +optional
-	GatewayWindow metav1.Duration `json:"gatewayWindow,omitempty"`
+	GatewayWindow metav1.Duration `json:"gatewayWindow,omitempty,omitzero"`
 	// ReceiptRetention is how long callback receipts are kept in PostgreSQL. Orders and ledger
 	// entries are kept for good.
 	// +kubebuilder:default="720h"
 	// +optional
-	ReceiptRetention metav1.Duration `json:"receiptRetention,omitempty"`
+	ReceiptRetention metav1.Duration `json:"receiptRetention,omitempty,omitzero"`
 }
 
 // GenericFields tells the generic adapters (stripe, standardwebhooks) where the business fields
@@ -142,7 +144,7 @@ type Delivery struct {
 	// Timeout of one delivery attempt.
 	// +kubebuilder:default="10s"
 	// +optional
-	Timeout metav1.Duration `json:"timeout,omitempty"`
+	Timeout metav1.Duration `json:"timeout,omitempty,omitzero"`
 }
 
 // Reconciliation is the sweep that queries the provider for orders that stayed PENDING.
@@ -154,11 +156,11 @@ type Reconciliation struct {
 	// PendingAfter is how long an order may stay PENDING before the provider is asked.
 	// +kubebuilder:default="10m"
 	// +optional
-	PendingAfter metav1.Duration `json:"pendingAfter,omitempty"`
+	PendingAfter metav1.Duration `json:"pendingAfter,omitempty,omitzero"`
 	// Interval between sweeps.
 	// +kubebuilder:default="1m"
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval metav1.Duration `json:"interval,omitempty,omitzero"`
 	// QueriesPerSecond bounds the provider queries of one sweep.
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=1
@@ -177,6 +179,7 @@ type ChannelSettings struct {
 	// Merchant is the identity notifications must carry.
 	Merchant MerchantIdentity `json:"merchant"`
 	// TTLs of the deduplication state.
+	// +kubebuilder:default={}
 	// +optional
 	TTLs TTLs `json:"ttls,omitempty"`
 	// ProviderRetrySchedule is the provider's own resend schedule (WeChat Pay: 15s, 15s, 30s,
@@ -189,14 +192,16 @@ type ChannelSettings struct {
 	// Standard Webhooks).
 	// +kubebuilder:default="5m"
 	// +optional
-	TimestampTolerance metav1.Duration `json:"timestampTolerance,omitempty"`
+	TimestampTolerance metav1.Duration `json:"timestampTolerance,omitempty,omitzero"`
 	// Generic configures the field paths of the stripe and standardwebhooks adapters.
 	// +optional
 	Generic *GenericFields `json:"generic,omitempty"`
 	// Delivery of side effects to the merchant's systems.
+	// +kubebuilder:default={}
 	// +optional
 	Delivery Delivery `json:"delivery,omitempty"`
 	// Reconciliation of orders that stayed PENDING.
+	// +kubebuilder:default={}
 	// +optional
 	Reconciliation Reconciliation `json:"reconciliation,omitempty"`
 }
