@@ -395,11 +395,11 @@ var unsafeDBChars = regexp.MustCompile(`[^a-z0-9_]+`)
 func databaseNameFor(testName string) string {
 	base := strings.Trim(unsafeDBChars.ReplaceAllString(strings.ToLower(testName), "_"), "_")
 	suffix := fmt.Sprintf("_%d", instanceSeq.Add(1))
-	const maxLen = 63 // NAMEDATALEN - 1
-	if len(base) > maxLen-len(suffix)-1 {
-		base = base[:maxLen-len(suffix)-1]
+	const prefix, maxLen = "t_", 63 // NAMEDATALEN - 1
+	if room := maxLen - len(prefix) - len(suffix); len(base) > room {
+		base = base[:room]
 	}
-	return "t_" + base + suffix
+	return prefix + base + suffix
 }
 
 // validDatabaseName rejects names PostgreSQL would truncate or that are empty.

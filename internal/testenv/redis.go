@@ -168,7 +168,9 @@ func (g *RedisGroup) setUp() error {
 
 // dataConfig returns redis.conf lines for a data node.
 func (g *RedisGroup) dataConfig(port int, replicaOf string) []string {
-	lines := g.commonConfig(port)
+	// A master waits repl-diskless-sync-delay (5 s by default) for more replicas before a full
+	// sync; tests attach replicas one by one and should not wait.
+	lines := append(g.commonConfig(port), "repl-diskless-sync-delay 0")
 	if g.opts.Persistence {
 		lines = append(lines, "appendonly yes", "appendfsync everysec", `save ""`)
 	} else {

@@ -75,3 +75,58 @@ func TestSentinelPromotesReplicaWhenMasterIsKilled(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestRedisPauseFreezesAndResumeThaws(t *testing.T) {
+	g := testenv.StartRedis(t, testenv.RedisOptions{})
+	node := g.Nodes()[0]
+	c := redisClient(t, node.Addr)
+	ctx := context.Background()
+
+	node.Pause(t)
+	if !node.Running() {
+		t.Errorf("Running while paused: expected true, got false")
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err := c.Ping(short).Err()
+	cancel()
+	if err == nil {
+		t.Fatalf("PING to a paused node: expected a timeout, got an answer")
+	}
+
+	node.Resume(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Resume: expected PONG, got %v", err)
+	}
+}
+
+func TestRedisStopKillRestartKeepTheAddress(t *testing.T) {
+	g := testenv.StartRedis(t, testenv.RedisOptions{Persistence: true})
+	node := g.Nodes()[0]
+	addr := node.Addr
+	c := redisClient(t, addr)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+
+	node.Stop(t) // SIGTERM: with persistence on, the data is written before exit
+	if node.Running() {
+		t.Fatalf("Running after Stop: expected false, got true")
+	}
+	node.Restart(t)
+	if node.Addr != addr {
+		t.Errorf("address after Restart: expected %s, got %s", addr, node.Addr)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Errorf("GET k after Stop and Restart with persistence: expected %q, got %q (err %v)", "v", got, err)
+	}
+
+	node.Kill(t)
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Errorf("PING after Kill: expected an error, got PONG")
+	}
+	node.Restart(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("PING after Kill and Restart: expected PONG, got %v", err)
+	}
+}

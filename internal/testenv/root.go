@@ -225,3 +225,11 @@ func killProcessesUnder(dir string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Reap kills the server processes and removes the folders that test binaries which are no
+// longer running left under RootDir (after a kill -9 or a crash), and returns the folders it
+// removed. Folders of running test binaries are never touched. The package calls it on first
+// use in every test binary; it is exported for tools and for tests of the reaper.
+func Reap() []string {
+	return reapDead(RootDir())
+}
