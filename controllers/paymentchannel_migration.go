@@ -16,9 +16,9 @@ import (
 // Migration Job limits: a migration is short (forward-only, advisory-locked); a Job that keeps
 // failing or hangs must end so that its failure reaches the status.
 const (
-	migrationBackoffLimit     = 2
-	migrationActiveDeadline   = 600
-	migrationGraceSeconds     = 30
+	migrationBackoffLimit   = 2
+	migrationActiveDeadline = 600
+	migrationGraceSeconds   = 30
 )
 
 // buildMigrationJob is the Job that runs `callbackd migrate` for one (database, image) pair.
