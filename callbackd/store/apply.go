@@ -263,22 +263,19 @@ func (s *Store) applyOnce(ctx context.Context, n notify.Notification) (res Resul
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		receiptWritten = false
-		var prevTxn, prevOutcome string
-		if err := tx.QueryRow(ctx,
-			`SELECT provider_txn_id, outcome FROM callback_receipts WHERE idempotency_key = $1`,
-			receiptKey(n)).Scan(&prevTxn, &prevOutcome); err != nil {
+		var prevTxn, prevOutcome, status string
+		if err := tx.QueryRow(ctx, `
+SELECT r.provider_txn_id, r.outcome, COALESCE(o.status, '')
+FROM callback_receipts r LEFT JOIN payment_orders o ON o.order_no = $2
+WHERE r.idempotency_key = $1`, receiptKey(n), n.OutTradeNo).Scan(&prevTxn, &prevOutcome, &status); err != nil {
 			return Result{}, fmt.Errorf("read existing receipt: %w", err)
 		}
 		differentPayment := n.Kind == notify.KindPayment && n.Status == notify.StatusSucceeded &&
 			n.ProviderTxnID != "" && prevTxn != "" && n.ProviderTxnID != prevTxn
 		if !differentPayment {
-			res := Result{Outcome: Duplicate, Detail: "receipt already committed"}
+			res := Result{Outcome: Duplicate, OrderStatus: status, Detail: "receipt already committed"}
 			if prevOutcome == string(Applied) {
 				res.EventID = EventID(key)
-			}
-			if err := tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_no = $1`,
-				n.OutTradeNo).Scan(&res.OrderStatus); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return Result{}, fmt.Errorf("read order status: %w", err)
 			}
 			return res, nil // rolled back: nothing was written
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -102,10 +103,19 @@ func TestApplyOutcomes(t *testing.T) {
 		{name: "refund without a refund number", order: base, before: []notify.Notification{paymentOf(base, "txn-1")},
 			n: refundOf(base, "txn-1", "", 30), wantErr: ErrInvalidInput},
 	}
-	for _, tc := range tests {
+	// One database for the table: each case gets order numbers of its own, and the row counts
+	// are compared before and after its notification (the cases run one after the other).
+	s := newStore(t)
+	for i, tc := range tests {
+		prefix := fmt.Sprintf("c%d-", i)
+		tc.order.OrderNo = prefix + tc.order.OrderNo
+		tc.n.OutTradeNo = prefix + tc.n.OutTradeNo
+		tc.before = slices.Clone(tc.before)
+		for j := range tc.before {
+			tc.before[j].OutTradeNo = prefix + tc.before[j].OutTradeNo
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
-			s := newStore(t)
 			mustCreate(t, s, tc.order)
 			for _, n := range tc.before {
 				if res, err := s.Apply(ctx, n); err != nil || !res.Outcome.Acknowledge() {

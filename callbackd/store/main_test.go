@@ -103,7 +103,7 @@ func adminExec(t testing.TB, sql string) {
 func migratedDatabase(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("store_%d", dbSeq.Add(1))
-	adminExec(t, "CREATE DATABASE "+name+" TEMPLATE "+templateDB)
+	adminExec(t, "CREATE DATABASE "+name+" TEMPLATE "+templateDB+" STRATEGY FILE_COPY")
 	t.Cleanup(func() { adminExec(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
 	return dsnOf(t, name)
 }
