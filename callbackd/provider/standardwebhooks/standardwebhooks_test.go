@@ -359,3 +359,12 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestSecretsNeverPrintTheirKeys(t *testing.T) {
+	s := &Secrets{List: []Secret{{ID: "current", Key: []byte("super-secret-key-material")}}}
+	for _, format := range []string{"%v", "%+v", "%#v"} {
+		if got := fmt.Sprintf(format, s); strings.Contains(got, "super-secret") || !strings.Contains(got, "current") {
+			t.Errorf("%s of the secrets: expected the id without the key, got %s", format, got)
+		}
+	}
+}

@@ -240,3 +240,9 @@ func parseUnix(s string) (time.Time, error) {
 	}
 	return time.Unix(v, 0), nil
 }
+
+// String names the secret without its key, so that an accidental %v never leaks it.
+func (s Secret) String() string { return "secret " + s.ID + " [redacted]" }
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return s.String() }

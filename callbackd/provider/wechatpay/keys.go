@@ -103,3 +103,15 @@ func parseVerifier(name string, content []byte) (string, *rsa.PublicKey, error) 
 func CertificateSerial(cert *x509.Certificate) string {
 	return fmt.Sprintf("%X", cert.SerialNumber.Bytes())
 }
+
+// String describes the key set without its material, so that an accidental %v never leaks the
+// APIv3 key.
+func (k *Keys) String() string {
+	if k == nil {
+		return "wechatpay.Keys(nil)"
+	}
+	return fmt.Sprintf("wechatpay.Keys{verifiers: %d, apiV3Key: [redacted]}", len(k.Verifiers))
+}
+
+// GoString is String, for %#v.
+func (k *Keys) GoString() string { return k.String() }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -464,4 +465,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted a notification for merchant %q", n.MerchantID)
 		}
 	})
+}
+
+func TestKeysNeverPrintTheirMaterial(t *testing.T) {
+	f := keyMaterial(t)
+	k := adapterKeys(f)
+	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
+		if got := fmt.Sprintf(format, k); strings.Contains(got, f.apiV3Key) || strings.Contains(got, string(k.APIv3Key[:8])) {
+			t.Errorf("%s of the keys shows the APIv3 key: %s", format, got)
+		}
+	}
 }
