@@ -74,6 +74,13 @@ type Options struct {
 	// GateTimeout bounds the best-effort Redis writes after the verdict (release, mark), which
 	// run even when the request's context is already cancelled. Zero: 100 ms.
 	GateTimeout time.Duration
+	// ContentionWait bounds how long a request whose key another request holds waits for that
+	// request's result before asking the database and, if still uncommitted, answering retry.
+	// It is also capped by the request's deadline less AnswerReserve. Zero: 2 s; negative: no wait.
+	ContentionWait time.Duration
+	// AnswerReserve is the part of the request's deadline kept for the database lookup and the
+	// answer after a contention wait. Zero: 500 ms.
+	AnswerReserve time.Duration
 }
 
 // Pipeline processes callbacks. It is safe for concurrent use.
@@ -85,6 +92,8 @@ type Pipeline struct {
 	metrics     *metrics.Metrics
 	log         *slog.Logger
 	gateTimeout time.Duration
+	contention  time.Duration
+	reserve     time.Duration
 	// lastDegradedLog rate-limits the Redis-degraded warning (unix nanoseconds), so that a
 	// Redis outage during a storm logs once a second, not once a request; the counter counts all.
 	lastDegradedLog atomic.Int64
@@ -115,6 +124,15 @@ func New(opts Options) (*Pipeline, error) {
 	}
 	if p.gateTimeout <= 0 {
 		p.gateTimeout = 100 * time.Millisecond
+	}
+	switch p.contention = opts.ContentionWait; {
+	case p.contention == 0:
+		p.contention = 2 * time.Second
+	case p.contention < 0:
+		p.contention = 0
+	}
+	if p.reserve = opts.AnswerReserve; p.reserve <= 0 {
+		p.reserve = 500 * time.Millisecond
 	}
 	for i := range opts.Channels {
 		ch := opts.Channels[i]
@@ -218,13 +236,30 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 	if p.claims != nil {
 		claim = p.claims.Claim(ctx, ch.Name, k, ch.LockTTL)
 		switch claim.Outcome {
+		case gate.HeldByOther:
+			// Another request is on it (or crashed holding it). Wait a little for its result
+			// rather than bouncing the provider at once: in a replay storm every copy but one
+			// arrives while the first is still committing.
+			claim = p.awaitHolder(ctx, ch, k)
+		}
+		switch claim.Outcome {
 		case gate.AlreadySucceeded:
-			// The mark is written only after a commit.
-			p.metrics.DuplicatesStopped.WithLabelValues(ch.Name, metrics.GateRedis).Inc()
+			// The mark is written only after a commit (and the window only holds committed keys).
+			stoppedAt := metrics.GateRedis
+			if p.window.Contains(k) {
+				stoppedAt = metrics.GateWindow
+			}
+			p.metrics.DuplicatesStopped.WithLabelValues(ch.Name, stoppedAt).Inc()
 			p.window.Remember(k, ch.WindowTTL)
 			return notify.Success, metrics.OutcomeDuplicate, "duplicate"
+		case gate.Claimed:
+			if p.window.Contains(k) { // finished here while we waited
+				p.release(ctx, ch.Name, claim)
+				p.metrics.DuplicatesStopped.WithLabelValues(ch.Name, metrics.GateWindow).Inc()
+				return notify.Success, metrics.OutcomeDuplicate, "duplicate"
+			}
 		case gate.HeldByOther:
-			// Another request is on it, or crashed holding it: only the database knows.
+			// Still held: only the database knows whether the holder's effect is committed.
 			committed, err := p.ledger.NotificationCommitted(ctx, n)
 			if err != nil {
 				logger.Error("receipt lookup failed; answering retry", "error", err.Error())
@@ -291,6 +326,43 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 		p.release(ctx, ch.Name, claim)
 		logger.Error("ledger returned an unknown outcome; answering retry", "outcome", string(res.Outcome))
 		return notify.Retry, metrics.OutcomeRetry, "temporarily unavailable"
+	}
+}
+
+// awaitHolder polls the claim, with a growing pause, until the holder's result shows (the
+// SUCCESS mark, or the key freed after its failure and claimed by us), Redis fails, or the wait
+// budget ends (HeldByOther). A key finished by this replica meanwhile counts as the mark.
+func (p *Pipeline) awaitHolder(ctx context.Context, ch *Channel, k gate.Key) gate.Claim {
+	budget := p.contention
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(dl)-p.reserve)
+	}
+	held := gate.Claim{Outcome: gate.HeldByOther}
+	if budget <= 0 {
+		return held
+	}
+	deadline := time.Now().Add(budget)
+	pause := 5 * time.Millisecond
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	for {
+		if time.Now().Add(pause).After(deadline) {
+			return held
+		}
+		timer.Reset(pause)
+		select {
+		case <-ctx.Done():
+			return held
+		case <-timer.C:
+		}
+		if p.window.Contains(k) {
+			return gate.Claim{Outcome: gate.AlreadySucceeded}
+		}
+		c := p.claims.Claim(ctx, ch.Name, k, ch.LockTTL)
+		if c.Outcome != gate.HeldByOther {
+			return c
+		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 

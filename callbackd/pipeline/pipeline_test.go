@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +58,6 @@ func (fakeAdapter) Respond(w http.ResponseWriter, v notify.Verdict, msg string) 
 
 // fakeLedger returns programmed answers and counts calls.
 type fakeLedger struct {
-	mu          sync.Mutex
 	result      store.Result
 	err         error
 	committed   bool
@@ -70,22 +68,20 @@ type fakeLedger struct {
 }
 
 func (l *fakeLedger) Apply(_ context.Context, n notify.Notification) (store.Result, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.applies++
 	l.lastApplied = n
 	return l.result, l.err
 }
 
 func (l *fakeLedger) NotificationCommitted(context.Context, notify.Notification) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.lookups++
 	return l.committed, l.lookupErr
 }
 
-// fakeClaims answers every claim with a programmed outcome and records releases and marks.
+// fakeClaims answers claims with the programmed outcomes in then (one per claim), then outcome
+// for good, and records releases and marks.
 type fakeClaims struct {
+	then     []gate.Outcome
 	outcome  gate.Outcome
 	err      error
 	markErr  error
@@ -96,6 +92,11 @@ type fakeClaims struct {
 
 func (c *fakeClaims) Claim(context.Context, string, gate.Key, time.Duration) gate.Claim {
 	c.claims++
+	if len(c.then) > 0 {
+		o := c.then[0]
+		c.then = c.then[1:]
+		return gate.Claim{Outcome: o}
+	}
 	return gate.Claim{Outcome: c.outcome, Err: c.err}
 }
 
@@ -121,6 +122,10 @@ type rig struct {
 }
 
 func newRig(t *testing.T, ledger *fakeLedger, claims *fakeClaims) *rig {
+	return newRigWait(t, ledger, claims, -1)
+}
+
+func newRigWait(t *testing.T, ledger *fakeLedger, claims *fakeClaims, contentionWait time.Duration) *rig {
 	t.Helper()
 	w, err := gate.NewWindow(gate.WindowOptions{MaxEntries: 100})
 	if err != nil {
@@ -132,7 +137,8 @@ func newRig(t *testing.T, ledger *fakeLedger, claims *fakeClaims) *rig {
 		Channels: []Channel{{Name: channel, Adapter: fakeAdapter{}, LockTTL: 10 * time.Second,
 			SuccessTTL: 48 * time.Hour, WindowTTL: time.Minute}},
 		Ledger: ledger, Window: w, Metrics: m,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Logger:         slog.New(slog.NewJSONHandler(logs, nil)),
+		ContentionWait: contentionWait,
 	}
 	if claims != nil {
 		opts.Claims = claims
@@ -379,5 +385,70 @@ func TestNewValidatesOptions(t *testing.T) {
 		if _, err := New(opts); err == nil {
 			t.Errorf("%s: expected an error, got none", name)
 		}
+	}
+}
+
+// In a replay storm the copies that find the key held wait for the holder's result instead of
+// bouncing the provider.
+func TestContentionWaitsForTheHolder(t *testing.T) {
+	cases := []struct {
+		name       string
+		then       []gate.Outcome
+		outcome    gate.Outcome
+		ledger     fakeLedger
+		verdict    notify.Verdict
+		applies    int
+		lookups    int
+		dupRedis   float64
+		contention float64
+	}{
+		{"the holder commits and marks", []gate.Outcome{gate.HeldByOther, gate.HeldByOther}, gate.AlreadySucceeded,
+			fakeLedger{}, notify.Success, 0, 0, 1, 0},
+		{"the holder fails and releases: we apply", []gate.Outcome{gate.HeldByOther}, gate.Claimed,
+			fakeLedger{result: store.Result{Outcome: store.Applied}}, notify.Success, 1, 0, 0, 0},
+		{"the holder stays: the database says committed", nil, gate.HeldByOther,
+			fakeLedger{committed: true}, notify.Success, 0, 1, 0, 0},
+		{"the holder stays: not committed, retry", nil, gate.HeldByOther,
+			fakeLedger{}, notify.Retry, 0, 1, 0, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ledger := c.ledger
+			claims := &fakeClaims{then: c.then, outcome: c.outcome}
+			r := newRigWait(t, &ledger, claims, 300*time.Millisecond)
+			start := time.Now()
+			v, _ := r.process("ok")
+			if v != c.verdict {
+				t.Fatalf("verdict: expected %s, got %s", c.verdict, v)
+			}
+			if ledger.applies != c.applies || ledger.lookups != c.lookups {
+				t.Fatalf("ledger calls: expected %d apply / %d lookup, got %d / %d", c.applies, c.lookups, ledger.applies, ledger.lookups)
+			}
+			if got := r.counter("dup", metrics.GateRedis); got != c.dupRedis {
+				t.Fatalf("duplicates stopped at redis: expected %v, got %v", c.dupRedis, got)
+			}
+			if got := r.counter("contention"); got != c.contention {
+				t.Fatalf("lock contention: expected %v, got %v", c.contention, got)
+			}
+			if elapsed := time.Since(start); elapsed > 2*time.Second {
+				t.Fatalf("the wait must stay within its 300ms budget, took %s", elapsed)
+			}
+		})
+	}
+}
+
+func TestContentionWaitStaysInsideTheRequestDeadline(t *testing.T) {
+	ledger := &fakeLedger{}
+	r := newRigWait(t, ledger, &fakeClaims{outcome: gate.HeldByOther}, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	req := httptest.NewRequest(http.MethodPost, "/notify/"+channel, strings.NewReader("ok"))
+	v, _ := r.p.Process(ctx, channel, req, []byte("ok"))
+	if elapsed := time.Since(start); elapsed > 600*time.Millisecond {
+		t.Fatalf("with 700ms left and a 500ms reserve: expected to stop waiting after about 200ms, took %s", elapsed)
+	}
+	if v != notify.Retry || ledger.lookups != 1 {
+		t.Fatalf("expected a database lookup then retry, got %s with %d lookups", v, ledger.lookups)
 	}
 }
