@@ -90,6 +90,7 @@ func (s *Sender) Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, er
 	for _, tr := range res.Trades {
 		if tr.Acknowledged {
 			res.Acknowledged++
+			res.Summary.OrdersAcknowledged++
 			res.AttemptsToAcknowledge[len(tr.Outcomes)]++
 		} else {
 			res.GaveUp++

@@ -113,21 +113,23 @@ func (s *Sender) Storm(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, fmt.Errorf("storm: duplicates and concurrency must be at least 1, got %d and %d", cfg.Duplicates, cfg.Concurrency)
 	}
 	summary := Summary{Provider: s.notifier.Provider(), Target: s.target, Orders: len(cfg.Trades)}
-	jobs := make([]Trade, 0, len(cfg.Trades)*cfg.Duplicates)
-	for _, t := range cfg.Trades {
+	jobs := make([]int, 0, len(cfg.Trades)*cfg.Duplicates) // indexes into cfg.Trades
+	for i := range cfg.Trades {
 		for range cfg.Duplicates {
-			jobs = append(jobs, t)
+			jobs = append(jobs, i)
 		}
 	}
 	if cfg.Shuffle {
 		rand.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 	}
-	signed, err := s.signAll(ctx, jobs)
+	signed, err := s.signAll(ctx, cfg.Trades, jobs)
 	if err != nil {
 		return summary, err
 	}
 
 	var rec recorder
+	acked := make([]bool, len(cfg.Trades))
+	var mu sync.Mutex
 	start := time.Now()
 	forEach(ctx, len(signed), cfg.Concurrency, func(i int) {
 		a := s.post(ctx, signed[i])
@@ -135,17 +137,30 @@ func (s *Sender) Storm(ctx context.Context, cfg Config) (Summary, error) {
 			return // cancelled, not an answer
 		}
 		rec.record(a.Outcome, a.Latency)
+		if a.Outcome == OutcomeSuccess {
+			mu.Lock()
+			acked[jobs[i]] = true
+			mu.Unlock()
+		}
 	})
-	return rec.summary(summary, time.Since(start)), ctx.Err()
+	summary = rec.summary(summary, time.Since(start))
+	for i, ok := range acked {
+		if ok {
+			summary.OrdersAcknowledged++
+		} else {
+			summary.Unacknowledged = append(summary.Unacknowledged, cfg.Trades[i].OrderNo)
+		}
+	}
+	return summary, ctx.Err()
 }
 
-// signAll signs one notification per job on every CPU.
-func (s *Sender) signAll(ctx context.Context, jobs []Trade) ([]paysim.Notification, error) {
+// signAll signs one notification per job (an index into trades) on every CPU.
+func (s *Sender) signAll(ctx context.Context, trades []Trade, jobs []int) ([]paysim.Notification, error) {
 	out := make([]paysim.Notification, len(jobs))
 	var mu sync.Mutex
 	var firstErr error
 	forEach(ctx, len(jobs), runtime.GOMAXPROCS(0), func(i int) {
-		n, err := s.notifier.Notification(jobs[i])
+		n, err := s.notifier.Notification(trades[jobs[i]])
 		if err != nil {
 			mu.Lock()
 			if firstErr == nil {

@@ -142,7 +142,7 @@ func TestStormDeliversEveryDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Orders != 25 || sum.Sent != 100 || sum.Answers.Success != 100 || sum.Answers.Retry+sum.Answers.Reject+sum.Answers.TransportError != 0 {
+	if sum.Orders != 25 || sum.OrdersAcknowledged != 25 || sum.Sent != 100 || sum.Answers.Success != 100 || sum.Answers.Retry+sum.Answers.Reject+sum.Answers.TransportError != 0 {
 		t.Fatalf("expected 25 orders, 100 sent, 100 success; got %+v", sum)
 	}
 	perOrder := map[string]int{}
@@ -183,7 +183,7 @@ func TestStormCountsTransportErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Sent != 6 || sum.Answers.TransportError != 6 {
+	if sum.Sent != 6 || sum.Answers.TransportError != 6 || sum.OrdersAcknowledged != 0 || len(sum.Unacknowledged) != 3 {
 		t.Fatalf("expected 6 sent, 6 transport errors; got %+v", sum)
 	}
 }

@@ -66,6 +66,12 @@ type Summary struct {
 	Target   string                     `json:"target"`
 	// Orders is the number of distinct trades notified.
 	Orders int `json:"orders"`
+	// OrdersAcknowledged is the number of orders at least one delivery of which was acknowledged
+	// (in a storm, the duplicates of an order in flight are rightly told "not yet").
+	OrdersAcknowledged int `json:"orders_acknowledged"`
+	// Unacknowledged lists the orders of a storm none of whose deliveries was acknowledged: the
+	// ones a provider would resend on its schedule.
+	Unacknowledged []string `json:"unacknowledged,omitempty"`
 	// Sent is the number of HTTP requests sent.
 	Sent int `json:"sent"`
 	// Answers counts the requests by outcome.
@@ -96,10 +102,10 @@ type Latency struct {
 
 // String renders the summary for people.
 func (s Summary) String() string {
-	return fmt.Sprintf("%s storm on %s: %d orders, %d notifications sent in %.2fs (%.0f/s)\n"+
+	return fmt.Sprintf("%s on %s: %d orders (%d acknowledged), %d notifications sent in %.2fs (%.0f/s)\n"+
 		"  answers: success=%d retry=%d reject=%d transport_error=%d\n"+
 		"  latency: p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms",
-		s.Provider, s.Target, s.Orders, s.Sent, s.DurationSeconds, s.Throughput,
+		s.Provider, s.Target, s.Orders, s.OrdersAcknowledged, s.Sent, s.DurationSeconds, s.Throughput,
 		s.Answers.Success, s.Answers.Retry, s.Answers.Reject, s.Answers.TransportError,
 		s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.Max)
 }
