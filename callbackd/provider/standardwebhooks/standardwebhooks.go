@@ -8,6 +8,7 @@ package standardwebhooks
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -50,10 +51,16 @@ var DefaultFields = callbackdv1alpha1.GenericFields{
 	RefundEvents:  []string{"refund.succeeded"},
 }
 
-// Secret is one HMAC signing secret. ID names it in metrics (the file name), never the key.
+// PublicKeyPrefix starts a Standard Webhooks ed25519 public key ("whpk_<base64>"), which
+// verifies the asymmetric "v1a" signatures.
+const PublicKeyPrefix = "whpk_"
+
+// Secret is one verification key: an HMAC secret (Key, for "v1" signatures) or an ed25519 public
+// key (PublicKey, for "v1a" signatures). ID names it in metrics (the file name), never the key.
 type Secret struct {
-	ID  string
-	Key []byte
+	ID        string
+	Key       []byte
+	PublicKey ed25519.PublicKey
 }
 
 // Secrets are the secrets accepted at once; more than one during a rotation.
@@ -74,7 +81,8 @@ func ParseSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// LoadSecretFiles reads one secret per file; the file's base name is the secret's ID. A file that
+// LoadSecretFiles reads one key per file ("whsec_" HMAC secret or "whpk_" ed25519 public key);
+// the file's base name is the key's ID. A file that
 // does not exist is skipped, so a channel can name a "previous" secret file that is present only
 // during a rotation; at least one secret must be found.
 func LoadSecretFiles(paths []string) (*Secrets, error) {
@@ -86,6 +94,14 @@ func LoadSecretFiles(paths []string) (*Secrets, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read webhook secret file %s: %w", p, err)
+		}
+		if text := strings.TrimSpace(string(b)); strings.HasPrefix(text, PublicKeyPrefix) {
+			pub, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(text, PublicKeyPrefix))
+			if err != nil || len(pub) != ed25519.PublicKeySize {
+				return nil, fmt.Errorf("webhook secret file %s: not whpk_ followed by a base64 ed25519 public key", p)
+			}
+			out.List = append(out.List, Secret{ID: filepath.Base(p), PublicKey: ed25519.PublicKey(pub)})
+			continue
 		}
 		key, err := ParseSecret(string(b))
 		if err != nil {
@@ -168,7 +184,8 @@ func ReadHeaders(h http.Header) Headers {
 }
 
 // Verify checks the signature headers of body: all three present, the timestamp within the
-// tolerance of now, and one v1 signature matching one of the secrets. It returns the signed
+// tolerance of now, and one v1 signature matching one of the HMAC secrets or one v1a signature
+// verifying with one of the ed25519 public keys. It returns the signed
 // timestamp. Errors are *notify.Error values.
 func (a *Adapter) Verify(h Headers, body []byte) (time.Time, error) {
 	if h.ID == "" || h.Timestamp == "" || h.Signature == "" {
@@ -182,33 +199,52 @@ func (a *Adapter) Verify(h Headers, body []byte) (time.Time, error) {
 	if d := time.Duration(a.cfg.Now().Unix()-ts.Unix()) * time.Second; d >= a.cfg.Tolerance || -d >= a.cfg.Tolerance {
 		return time.Time{}, notify.Errorf(notify.ReasonStaleTimestamp, "webhook-timestamp is %s away from now (tolerance %s)", d, a.cfg.Tolerance)
 	}
-	var sigs [][]byte
+	var macs, eds [][]byte
 	for _, f := range strings.Fields(h.Signature) {
 		version, sig, ok := strings.Cut(f, ",")
-		if !ok || version != "v1" {
-			continue // other schemes (v1a ed25519) are not configured for this channel
-		}
-		raw, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil || len(raw) != sha256.Size {
+		if !ok {
 			continue
 		}
-		sigs = append(sigs, raw)
+		raw, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			continue
+		}
+		switch {
+		case version == "v1" && len(raw) == sha256.Size:
+			macs = append(macs, raw)
+		case version == "v1a" && len(raw) == ed25519.SignatureSize:
+			eds = append(eds, raw)
+		}
 	}
-	if len(sigs) == 0 {
-		return time.Time{}, notify.Errorf(notify.ReasonBadSignature, "no v1 signature in webhook-signature")
+	if len(macs) == 0 && len(eds) == 0 {
+		return time.Time{}, notify.Errorf(notify.ReasonBadSignature, "no v1 or v1a signature in webhook-signature")
 	}
+	var content []byte
 	for _, s := range a.cfg.Secrets.Current().List {
-		mac := hmac.New(sha256.New, s.Key)
-		mac.Write([]byte(h.ID))
-		mac.Write([]byte{'.'})
-		mac.Write([]byte(h.Timestamp))
-		mac.Write([]byte{'.'})
-		mac.Write(body)
-		want := mac.Sum(nil)
-		for _, got := range sigs {
-			if hmac.Equal(want, got) {
-				a.cfg.Metrics.Verified(a.cfg.Channel, s.ID, true)
-				return ts, nil
+		switch {
+		case s.PublicKey != nil && len(eds) > 0:
+			if content == nil {
+				content = signedContent(h.ID, h.Timestamp, body)
+			}
+			for _, got := range eds {
+				if ed25519.Verify(s.PublicKey, content, got) {
+					a.cfg.Metrics.Verified(a.cfg.Channel, s.ID, true)
+					return ts, nil
+				}
+			}
+		case s.Key != nil && len(macs) > 0:
+			mac := hmac.New(sha256.New, s.Key)
+			mac.Write([]byte(h.ID))
+			mac.Write([]byte{'.'})
+			mac.Write([]byte(h.Timestamp))
+			mac.Write([]byte{'.'})
+			mac.Write(body)
+			want := mac.Sum(nil)
+			for _, got := range macs {
+				if hmac.Equal(want, got) {
+					a.cfg.Metrics.Verified(a.cfg.Channel, s.ID, true)
+					return ts, nil
+				}
 			}
 		}
 	}
@@ -241,6 +277,16 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, body []byte) (notify
 // JSON body otherwise.
 func (a *Adapter) Respond(w http.ResponseWriter, v notify.Verdict, message string) {
 	reply.Generic(w, v, message)
+}
+
+// signedContent is "id.timestamp.body", what both signature schemes sign.
+func signedContent(id, timestamp string, body []byte) []byte {
+	c := make([]byte, 0, len(id)+len(timestamp)+len(body)+2)
+	c = append(c, id...)
+	c = append(c, '.')
+	c = append(c, timestamp...)
+	c = append(c, '.')
+	return append(c, body...)
 }
 
 // Sign returns the "v1,<base64>" signature of body for the given id and timestamp; senders

@@ -3,12 +3,15 @@ package standardwebhooks
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -382,4 +385,65 @@ func BenchmarkParse(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestAsymmetricV1aSignatures: a "whpk_" public key file verifies "v1a" ed25519 signatures of
+// "id.timestamp.body"; a v1a signature by another key, or over another body, is refused.
+func TestAsymmetricV1aSignatures(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, strangerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hmacSecret, _ := newSecret(t)
+	dir := t.TempDir()
+	files := map[string]string{"pk": PublicKeyPrefix + base64.StdEncoding.EncodeToString(pub) + "\n", "sym": hmacSecret}
+	var paths []string
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	secrets, err := LoadSecretFiles(paths)
+	if err != nil {
+		t.Fatalf("LoadSecretFiles: %v", err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	a, err := New(Config{Channel: "c", MerchantID: testMerchant, Secrets: keys.Static(secrets), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"type":"payment.succeeded","data":{"order_no":"A1","amount":100}}`)
+	ts := fmt.Sprint(now.Unix())
+	v1a := func(k ed25519.PrivateKey, b []byte) string {
+		return "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(k, []byte("m."+ts+"."+string(b))))
+	}
+	if _, err := a.Verify(Headers{"m", ts, v1a(priv, body)}, body); err != nil {
+		t.Fatalf("expected a v1a signature by the configured key to verify, got %v", err)
+	}
+	for name, sig := range map[string]string{
+		"another key":  v1a(strangerKey, body),
+		"another body": v1a(priv, []byte(`{}`)),
+	} {
+		if _, err := a.Verify(Headers{"m", ts, sig}, body); notify.ReasonOf(err) != notify.ReasonBadSignature {
+			t.Errorf("v1a by %s: expected bad_signature, got %v", name, err)
+		}
+	}
+	if _, err := LoadSecretFiles([]string{writeFile(t, dir, "bad", "whpk_AAAA")}); err == nil || strings.Contains(err.Error(), "AAAA") {
+		t.Errorf("expected a short whpk_ key to be refused without echoing it, got %v", err)
+	}
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
