@@ -266,7 +266,25 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Errorf("/metrics: expected Redis degraded events counted while Redis was stopped")
 	}
 
-	// 5. No secret in the logs.
+	// 5. PostgreSQL down: not ready, and callbacks get the retryable failure with nothing
+	// recorded; back up: ready, and the resend takes effect once.
+	createOrder("E2E-4", 900)
+	pg.Stop(t)
+	waitStatus(t, client, base+"/readyz", http.StatusServiceUnavailable)
+	n4 := notification("msg_e2e_6", "E2E-4", "txn_6", 900)
+	if code, body := send(n4); code < 500 {
+		t.Fatalf("a callback while PostgreSQL is down: expected a 5xx retryable failure, got %d %q", code, body)
+	}
+	pg.Start(t)
+	waitStatus(t, client, base+"/readyz", http.StatusOK)
+	if ok, answers := storm(n4, 10, 5); ok != 10 {
+		t.Fatalf("resending after the restart: expected 10 successes, got answers %v", answers)
+	}
+	if r, l, _, st := effects("E2E-4"); r != 1 || l != 1 || st != "PAID" {
+		t.Fatalf("after the outage: expected 1 receipt, 1 ledger entry, PAID; got %d, %d, %s", r, l, st)
+	}
+
+	// 6. A clean drain, and no secret in the logs.
 	cancel()
 	select {
 	case err := <-served:
@@ -289,18 +307,24 @@ func TestServeEndToEnd(t *testing.T) {
 
 func waitReady(t *testing.T, client *http.Client, base string) {
 	t.Helper()
+	waitStatus(t, client, base+"/readyz", http.StatusOK)
+}
+
+func waitStatus(t *testing.T, client *http.Client, url string, want int) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	last := 0
 	for time.Now().Before(deadline) {
-		resp, err := client.Get(base + "/readyz")
+		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if last = resp.StatusCode; last == want {
 				return
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatal("/readyz did not answer 200 within 30s")
+	t.Fatalf("%s: expected %d within 30s, last answer %d", url, want, last)
 }
 
 func writeTestFile(t *testing.T, path, content string) {
