@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 )
 
@@ -483,4 +485,45 @@ func TestApplyCancelledMidTransactionWritesNothing(t *testing.T) {
 	if err != nil || res.Outcome != Applied {
 		t.Fatalf("retry after the cancelled attempt = %q, %v; want applied", res.Outcome, err)
 	}
+}
+
+// A row lock held elsewhere (a stuck transaction, a long report) makes Apply fail after
+// LockTimeout, well before the Redis claim expires, with nothing written; once the lock is
+// gone the same notification applies.
+func TestApplyGivesUpAfterLockTimeout(t *testing.T) {
+	ctx := testContext(t)
+	dsn := migratedDatabase(t)
+	s, err := Open(ctx, dsn, Options{LockTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	o := testOrder("o-1")
+	mustCreate(t, s, o)
+	before := mustCounts(t, s)
+
+	blocker, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin blocker: %v", err)
+	}
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM payment_orders WHERE order_no = $1 FOR UPDATE`, o.OrderNo); err != nil {
+		t.Fatalf("blocker lock: %v", err)
+	}
+	began := time.Now()
+	_, err = s.Apply(ctx, paymentOf(o, "txn-1"))
+	waited := time.Since(began)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Apply against a locked order = %v, want lock_not_available (55P03)", err)
+	}
+	if waited > 5*time.Second {
+		t.Errorf("Apply waited %v for the lock, want about the 200ms lock timeout", waited)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatalf("release blocker: %v", err)
+	}
+	if after := mustCounts(t, s); !sameCounts(before, after) {
+		t.Fatalf("counts changed from %+v to %+v, want nothing written", before, after)
+	}
+	mustApply(t, s, paymentOf(o, "txn-1"), Applied)
 }
