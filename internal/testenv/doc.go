@@ -13,7 +13,15 @@
 // processes left behind by earlier test binaries whose process is gone (for example after a
 // kill -9), and hack/check-leftovers.sh verifies after `make test` that nothing remains.
 //
-// Servers started per test are convenient but slow (initdb takes about a second); a package with
-// many database tests starts one server in TestMain with NewPostgres and gives each test its own
-// database with (*Postgres).NewDatabase.
+// Servers started per test are convenient but not free. initdb runs once per PostgreSQL build:
+// its pristine cluster is cached under the user cache folder
+// (~/.cache/callback-platform/testenv/, like Go's build cache, not a leftover) and copied for
+// each later server (TESTENV_PG_TEMPLATE=off runs initdb every time). A package with many
+// database tests still does best to start one server in TestMain with NewPostgres and give each
+// test its own database with (*Postgres).NewDatabase.
+//
+// Environment: TESTENV_PG_BIN (folder of initdb and postgres), TESTENV_REDIS_SERVER,
+// TESTENV_PG_USER (the unprivileged user PostgreSQL runs as when the tests run as root, default
+// "postgres"), TESTENV_PG_TEMPLATE, KUBEBUILDER_ASSETS (folder of kube-apiserver and etcd;
+// default: the newest folder hack/k8s-binaries.sh filled under ~/.cache/callback-platform/k8s/).
 package testenv

@@ -146,16 +146,11 @@ func (p *Postgres) setUp() error {
 		}
 	}
 	for _, d := range []string{p.dataDir, p.sockDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return fmt.Errorf("testenv: create %s: %w", d, err)
-		}
-		if p.cred != nil {
-			if err := os.Chown(d, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
-				return fmt.Errorf("testenv: chown %s: %w", d, err)
-			}
+		if err := p.mkdirOwned(d); err != nil {
+			return err
 		}
 	}
-	if err := p.initdb(); err != nil {
+	if err := p.makeCluster(); err != nil {
 		return err
 	}
 	if err := p.writeConfig(); err != nil {
@@ -187,18 +182,14 @@ func (p *Postgres) setUp() error {
 	return nil
 }
 
-// initdb creates the cluster: trust authentication (loopback only), UTF-8, C locale, superuser
-// "postgres". --no-sync only skips initdb's own final fsync of the template files.
+// initdb creates a new cluster in p.dataDir with initdbArgs.
 func (p *Postgres) initdb() error {
-	logPath := filepath.Join(p.dir, "initdb.log")
-	cmd := exec.Command(filepath.Join(p.binDir, "initdb"),
-		"--pgdata="+p.dataDir, "--username="+pgSuperuser, "--auth=trust",
-		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
+	cmd := exec.Command(filepath.Join(p.binDir, "initdb"), append([]string{"--pgdata=" + p.dataDir}, initdbArgs...)...)
 	cmd.Dir = p.dir
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = sysProcAttr(p.cred)
 	out, err := cmd.CombinedOutput()
-	_ = os.WriteFile(logPath, out, 0o644)
+	_ = os.WriteFile(filepath.Join(p.dir, "initdb.log"), out, 0o644)
 	if err != nil {
 		return fmt.Errorf("testenv: initdb: %w\n%s", err, lastLines(string(out), 20))
 	}
