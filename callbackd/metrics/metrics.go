@@ -11,7 +11,7 @@
 //	callbackd_callbacks_total{channel,provider,outcome}     every callback answered, by Outcome*
 //	callbackd_duplicates_stopped_total{channel,gate}        duplicates acknowledged, by Gate* (window, redis, database)
 //	callbackd_redis_degraded_total{channel,reason}          Redis operations that failed and were skipped, by Degraded*
-//	callbackd_lock_contention_total{channel}                callbacks answered "retry" because another request held the key
+//	callbackd_lock_contention_total{channel}                callbacks that found their key claimed by another request in flight
 //	callbackd_processing_seconds{channel,provider}          histogram of the time from body read to answer
 //	callbackd_inflight                                      callbacks being processed now
 //	callbackd_anomalies_total{channel,reason}               refused callbacks, by notify.Reason or Anomaly*
@@ -138,7 +138,7 @@ func New() *Metrics {
 		}, []string{"channel", "reason"}),
 		LockContention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: LockContentionTotal,
-			Help: "Callbacks answered with a retryable failure because another request was processing the same key.",
+			Help: "Callbacks that found their key claimed in Redis by another request in flight; they wait for its result, then ask the database (answering retry only if it is still uncommitted).",
 		}, []string{"channel"}),
 		Processing: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    ProcessingSeconds,

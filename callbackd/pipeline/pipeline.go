@@ -240,6 +240,7 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 			// Another request is on it (or crashed holding it). Wait a little for its result
 			// rather than bouncing the provider at once: in a replay storm every copy but one
 			// arrives while the first is still committing.
+			p.metrics.LockContention.WithLabelValues(ch.Name).Inc()
 			claim = p.awaitHolder(ctx, ch, k)
 		}
 		switch claim.Outcome {
@@ -270,7 +271,6 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 				p.window.Remember(k, ch.WindowTTL)
 				return notify.Success, metrics.OutcomeDuplicate, "duplicate"
 			}
-			p.metrics.LockContention.WithLabelValues(ch.Name).Inc()
 			return notify.Retry, metrics.OutcomeRetry, "processing"
 		case gate.Unavailable:
 			p.degraded(ch.Name, claim.Err, metrics.DegradedClaimTimeout, metrics.DegradedClaimError)

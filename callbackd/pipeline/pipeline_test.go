@@ -204,7 +204,7 @@ func TestPipelineBranches(t *testing.T) {
 		{"success mark in Redis is a duplicate stopped at redis", "ok", fakeLedger{}, &fakeClaims{outcome: gate.AlreadySucceeded},
 			want{verdict: notify.Success, outcome: metrics.OutcomeDuplicate, counters: map[string]float64{"dup:redis": 1}, inWindow: true}},
 		{"held by another, committed in the database", "ok", fakeLedger{committed: true}, &fakeClaims{outcome: gate.HeldByOther},
-			want{verdict: notify.Success, outcome: metrics.OutcomeDuplicate, lookups: 1, counters: map[string]float64{"dup:database": 1}, inWindow: true}},
+			want{verdict: notify.Success, outcome: metrics.OutcomeDuplicate, lookups: 1, counters: map[string]float64{"dup:database": 1, "contention": 1}, inWindow: true}},
 		{"held by another, not committed: retry, never success", "ok", fakeLedger{committed: false}, &fakeClaims{outcome: gate.HeldByOther},
 			want{verdict: notify.Retry, outcome: metrics.OutcomeRetry, lookups: 1, counters: map[string]float64{"contention": 1}}},
 		{"held by another, database down: retry", "ok", fakeLedger{lookupErr: dbDown}, &fakeClaims{outcome: gate.HeldByOther},
@@ -403,11 +403,11 @@ func TestContentionWaitsForTheHolder(t *testing.T) {
 		contention float64
 	}{
 		{"the holder commits and marks", []gate.Outcome{gate.HeldByOther, gate.HeldByOther}, gate.AlreadySucceeded,
-			fakeLedger{}, notify.Success, 0, 0, 1, 0},
+			fakeLedger{}, notify.Success, 0, 0, 1, 1},
 		{"the holder fails and releases: we apply", []gate.Outcome{gate.HeldByOther}, gate.Claimed,
-			fakeLedger{result: store.Result{Outcome: store.Applied}}, notify.Success, 1, 0, 0, 0},
+			fakeLedger{result: store.Result{Outcome: store.Applied}}, notify.Success, 1, 0, 0, 1},
 		{"the holder stays: the database says committed", nil, gate.HeldByOther,
-			fakeLedger{committed: true}, notify.Success, 0, 1, 0, 0},
+			fakeLedger{committed: true}, notify.Success, 0, 1, 0, 1},
 		{"the holder stays: not committed, retry", nil, gate.HeldByOther,
 			fakeLedger{}, notify.Retry, 0, 1, 0, 1},
 	}
