@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -87,13 +89,21 @@ func (e *Envtest) start(assets string, crdDirs []string) error {
 	}
 	defer apiLog.Close()
 
+	etcdPath, err := e.withParentDeathSignal(filepath.Join(assets, "etcd"))
+	if err != nil {
+		return err
+	}
+	apiPath, err := e.withParentDeathSignal(filepath.Join(assets, "kube-apiserver"))
+	if err != nil {
+		return err
+	}
 	e.env = &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
-			Etcd:      &envtest.Etcd{DataDir: etcdDir, Out: etcdLog, Err: etcdLog},
-			APIServer: &envtest.APIServer{CertDir: certDir, Out: apiLog, Err: apiLog},
+			Etcd:      &envtest.Etcd{Path: etcdPath, DataDir: etcdDir, Out: etcdLog, Err: etcdLog},
+			APIServer: &envtest.APIServer{Path: apiPath, CertDir: certDir, Out: apiLog, Err: apiLog},
 		},
 	}
 	cfg, err := e.env.Start()
@@ -104,6 +114,32 @@ func (e *Envtest) start(assets string, crdDirs []string) error {
 	}
 	e.Config = cfg
 	return nil
+}
+
+// withParentDeathSignal returns the path of a small wrapper that runs binary with a parent-death
+// signal (util-linux's setpriv --pdeathsig KILL, then exec), because envtest starts its servers
+// without one and they would outlive a killed test binary. Without setpriv it returns binary
+// itself and the reaper of the next run cleans up instead.
+func (e *Envtest) withParentDeathSignal(binary string) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return binary, nil
+	}
+	dir := filepath.Join(e.dir, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("testenv: create wrapper folder: %w", err)
+	}
+	wrapper := filepath.Join(dir, filepath.Base(binary))
+	script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", shellQuote(setpriv), shellQuote(binary))
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		return "", fmt.Errorf("testenv: write %s wrapper: %w", filepath.Base(binary), err)
+	}
+	return wrapper, nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Close stops the API server and etcd and removes their folder.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runOrphanHelper starts a PostgreSQL server and a Redis group, prints their addresses on one
+// runOrphanHelper starts a PostgreSQL server, a Redis group and envtest, prints their addresses on one
 // line, and waits to be killed.
 func runOrphanHelper() int {
 	pg, err := testenv.NewPostgres()
@@ -39,7 +40,17 @@ func runOrphanHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Printf("READY %s %s %s\n", pg.Addr(), g.Nodes()[0].Addr, g.Nodes()[1].Addr)
+	kube, err := testenv.NewEnvtest()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	u, err := url.Parse(kube.Config.Host)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("READY %s %s %s %s\n", pg.Addr(), g.Nodes()[0].Addr, g.Nodes()[1].Addr, u.Host)
 	select {}
 }
 
@@ -69,8 +80,8 @@ func TestServersDieWithTheirTestBinaryAndAreReaped(t *testing.T) {
 	select {
 	case line := <-ready:
 		fields := strings.Fields(line)
-		if len(fields) != 4 || fields[0] != "READY" {
-			t.Fatalf("helper: expected %q, got %q", "READY <postgres> <redis> <replica>", line)
+		if len(fields) != 5 || fields[0] != "READY" {
+			t.Fatalf("helper: expected %q, got %q", "READY <postgres> <redis> <replica> <kube-apiserver>", line)
 		}
 		addrs = fields[1:]
 	case <-time.After(3 * time.Minute):
@@ -82,8 +93,8 @@ func TestServersDieWithTheirTestBinaryAndAreReaped(t *testing.T) {
 		}
 	}
 	folders, _ := filepath.Glob(filepath.Join(testenv.RootDir(), strconv.Itoa(cmd.Process.Pid)+"-*"))
-	if len(folders) != 2 {
-		t.Fatalf("folders of the helper: expected 2 (postgres, redis), got %v", folders)
+	if len(folders) != 3 {
+		t.Fatalf("folders of the helper: expected 3 (postgres, redis, envtest), got %v", folders)
 	}
 
 	// kill -9 of the test binary: no cleanup code runs in it.
