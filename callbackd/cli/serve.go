@@ -145,6 +145,7 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		WriteTimeout:      s.WriteTimeout.Duration,
 		IdleTimeout:       s.IdleTimeout.Duration,
 		ShutdownTimeout:   s.ShutdownTimeout.Duration,
+		DrainDelay:        s.ShutdownDelay.Duration,
 	})
 	if err != nil {
 		return err

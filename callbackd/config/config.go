@@ -65,6 +65,10 @@ type Server struct {
 	ReadTimeout metav1.Duration `json:"readTimeout,omitempty"`
 	// ShutdownTimeout bounds draining in-flight requests on SIGTERM.
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
+	// ShutdownDelay keeps serving, while /readyz already answers 503, for this long after
+	// SIGTERM before the listener closes, so that load balancers stop sending first (default 0:
+	// rely on a preStop hook instead).
+	ShutdownDelay metav1.Duration `json:"shutdownDelay,omitempty"`
 	// ReadHeaderTimeout bounds reading the request headers.
 	ReadHeaderTimeout metav1.Duration `json:"readHeaderTimeout,omitempty"`
 	// WriteTimeout bounds a whole request, from the end of its headers to the end of the answer.

@@ -88,6 +88,9 @@ func (f *File) validateServer(v *validator) {
 	v.positive("server.readHeaderTimeout", s.ReadHeaderTimeout.Duration)
 	v.positive("server.idleTimeout", s.IdleTimeout.Duration)
 	v.positive("server.shutdownTimeout", s.ShutdownTimeout.Duration)
+	if s.ShutdownDelay.Duration < 0 {
+		v.add("server.shutdownDelay", "must not be negative, got %s", s.ShutdownDelay.Duration)
+	}
 	if v.positive("server.requestTimeout", s.RequestTimeout.Duration) && s.RequestTimeout.Duration >= ProviderAnswerDeadline {
 		v.add("server.requestTimeout", "must stay below the providers' answer deadline (%s), got %s", ProviderAnswerDeadline, s.RequestTimeout.Duration)
 	}

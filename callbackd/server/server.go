@@ -57,6 +57,9 @@ type Options struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	ShutdownTimeout   time.Duration
+	// DrainDelay keeps serving for this long after ctx is done, with /readyz already answering
+	// 503, so that load balancers stop routing here before the listener closes.
+	DrainDelay time.Duration
 	// ReadyCacheTTL is how long a /readyz database ping result is reused (default 1 s), so that
 	// probes and scrapes cannot load the database.
 	ReadyCacheTTL time.Duration
@@ -272,6 +275,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, opsLn net.Listener)
 	}
 
 	s.ready.draining.Store(true)
+	if serveErr == nil && s.opts.DrainDelay > 0 {
+		s.log.Info("shutting down; not ready, still serving during the drain delay", "delay", s.opts.DrainDelay.String())
+		time.Sleep(s.opts.DrainDelay)
+	}
 	s.log.Info("shutting down; draining callbacks in flight", "timeout", s.opts.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()

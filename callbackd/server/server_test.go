@@ -359,3 +359,43 @@ func TestNewValidatesOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestDrainDelayKeepsServingWhileNotReady(t *testing.T) {
+	s, _ := newTestServer(t, &blockingPipeline{}, func(o *Options) { o.DrainDelay = 500 * time.Millisecond })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, nil) }()
+	url := "http://" + ln.Addr().String()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	stop()
+	time.Sleep(100 * time.Millisecond)
+
+	resp, err := client.Get(url + "/readyz")
+	if err != nil {
+		t.Fatalf("readyz during the drain delay: expected an answer, got %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz during the drain delay: expected 503, got %d", resp.StatusCode)
+	}
+	resp, err = client.Post(url+"/notify/wx", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("a callback during the drain delay: expected it served, got %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a callback during the drain delay: expected 200, got %d", resp.StatusCode)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: expected nil, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after the drain delay")
+	}
+}
