@@ -35,16 +35,24 @@ func TestRedisMasterKilledDuringStorm(t *testing.T) {
 		t.Fatalf("no Redis node has the master address %s reported by Sentinel", oldMaster)
 	}
 
+	// Deliveries in random order, so that first notifications of new orders keep arriving while
+	// the server is down, not only duplicates the in-process window answers.
+	jobs := shuffledJobs(orders, copies)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var started, retries, refused, unfinished atomic.Int64
 	results := make(chan struct{})
+	// Pace the storm (one delivery started every 5 ms, about 6 s in all) so that it spans the
+	// kill, the promotion and the time after it instead of finishing inside the outage.
+	pace := time.NewTicker(5 * time.Millisecond)
+	defer pace.Stop()
 	go func() {
 		defer close(results)
 		parallel(orders*copies, concurrency, func(k int) {
+			<-pace.C
 			started.Add(1)
-			p := ps[k%orders]
-			d := s.deliver(ctx, a, p, fmt.Sprintf("msg_%s_%d", p.OrderNo, k/orders), 400)
+			p := ps[jobs[k].order]
+			d := s.deliver(ctx, a, p, fmt.Sprintf("msg_%s_%d", p.OrderNo, jobs[k].copy), 400)
 			retries.Add(int64(d.retries))
 			if d.rejects > 0 {
 				refused.Add(1)
@@ -62,8 +70,12 @@ func TestRedisMasterKilledDuringStorm(t *testing.T) {
 	master.Kill(t)
 	newMaster := rg.WaitForMaster(t, oldMaster, 60*time.Second)
 	promoted := time.Since(killedAt)
+	sentBeforePromotion := started.Load()
 	<-results
 	stormDone := time.Since(killedAt)
+	if sentBeforePromotion >= orders*copies {
+		t.Errorf("storm pacing: expected deliveries to continue after the promotion, all %d had started before it", orders*copies)
+	}
 
 	if n := refused.Load(); n > 0 {
 		t.Errorf("deliveries refused: expected 0, got %d", n)
@@ -100,8 +112,8 @@ func TestRedisMasterKilledDuringStorm(t *testing.T) {
 	}
 
 	m := s.scrape(t, a)
-	t.Logf("sent=%d deliveries (%d orders x %d) at concurrency %d; master %s killed after %d had started; %s promoted after %v; storm finished %v after the kill; interim retryable answers=%d; refused=%d; unfinished=%d; Redis gate back on the new master %v after the kill (%d fresh notifications); redis degraded %s; duplicates stopped per gate %s",
-		orders*copies, orders, copies, concurrency, oldMaster, orders*copies/4, newMaster, promoted.Round(time.Millisecond),
+	t.Logf("sent=%d deliveries (%d orders x %d) at concurrency %d; master %s killed after %d had started; %s promoted after %v with %d deliveries started; storm finished %v after the kill; interim retryable answers=%d; refused=%d; unfinished=%d; Redis gate back on the new master %v after the kill (%d fresh notifications); redis degraded %s; duplicates stopped per gate %s",
+		orders*copies, orders, copies, concurrency, oldMaster, orders*copies/4, newMaster, promoted.Round(time.Millisecond), sentBeforePromotion,
 		stormDone.Round(time.Millisecond), retries.Load(), refused.Load(), unfinished.Load(), gateBack.Round(time.Millisecond), fresh,
 		format(m.byLabel("callbackd_redis_degraded_total", "reason")), format(m.byLabel("callbackd_duplicates_stopped_total", "gate")))
 	s.expectExactlyOnce(t, int64(orders+fresh))

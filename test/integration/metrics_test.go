@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-1cff2221/callback-platform/callbackd/gate"
+	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
+	"github.com/seed-1cff2221/callback-platform/callbackd/pipeline"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -24,8 +29,8 @@ var pipelineMetrics = []string{
 
 // Acceptance 6 (issue 3): /metrics shows the pipeline's metrics with non-zero values after
 // storms that exercise each of them: bursts of simultaneous duplicates (duplicates stopped,
-// lock contention, in-flight), a forged request (anomalies) and a storm with Redis stopped
-// (Redis degraded). The in-flight gauge is sampled during the storm, since it is back to zero
+// in-flight), a Redis claim left by a crashed replica (lock contention), a forged request
+// (anomalies) and a storm with Redis stopped (Redis degraded). The in-flight gauge is sampled during the storm, since it is back to zero
 // once the storm is over.
 func TestMetricsAfterStorms(t *testing.T) {
 	const orders, burst = 60, 12
@@ -33,7 +38,7 @@ func TestMetricsAfterStorms(t *testing.T) {
 	rg := testenv.StartRedis(t, testenv.RedisOptions{Replicas: 1, Sentinels: 3})
 	s := newStack(t, pg, "metrics", stackOptions{redis: rg})
 	a := s.start(t, "a")
-	ps := newPayments(t, "metrics", orders+20)
+	ps := newPayments(t, "metrics", orders+21)
 	s.registerOrders(t, a, ps)
 
 	// Sample the in-flight gauge while the storm runs.
@@ -77,6 +82,27 @@ func TestMetricsAfterStorms(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 
+	// A claim left in Redis by a replica that crashed while holding it: the next delivery waits
+	// for the holder, finds nothing committed and answers "not yet" (lock contention), and once
+	// the claim expires the delivery goes through, exactly once.
+	crashed := ps[orders+20]
+	rdb := redis.NewClient(&redis.Options{Addr: rg.MasterAddr()})
+	defer rdb.Close()
+	staleKey := gate.RedisKey(channelName, pipeline.GateKey(notify.Notification{
+		Channel: channelName, MerchantID: merchantID, OutTradeNo: crashed.OrderNo,
+		Kind: notify.KindPayment, Status: notify.StatusSucceeded, ProviderTxnID: crashed.TxnID,
+	}))
+	if err := rdb.Set(ctx, staleKey, "token-of-a-crashed-replica", 3*time.Second).Err(); err != nil {
+		t.Fatalf("plant a stale claim: %v", err)
+	}
+	first := s.notify(ctx, a, crashed, "msg_crashed_1")
+	if first.verdict != retryable {
+		t.Errorf("delivery while a crashed replica's claim is held: expected a retryable answer, got %d %s", first.code, first.verdict)
+	}
+	if d := s.deliver(ctx, a, crashed, "msg_crashed_2", 200); !d.succeeded {
+		t.Errorf("delivery after the stale claim expired: expected success, got none after %d attempts", d.attempts)
+	}
+
 	// A forged request: an anomaly.
 	forged := newWebhookSigner(t)
 	body := ps[0].body()
@@ -111,5 +137,5 @@ func TestMetricsAfterStorms(t *testing.T) {
 	t.Logf("callbacks by outcome %s; duplicates stopped by gate %s; Redis degraded by reason %s; anomalies by reason %s",
 		format(m.byLabel("callbackd_callbacks_total", "outcome")), format(m.byLabel("callbackd_duplicates_stopped_total", "gate")),
 		format(m.byLabel("callbackd_redis_degraded_total", "reason")), format(m.byLabel("callbackd_anomalies_total", "reason")))
-	s.expectExactlyOnce(t, orders+20)
+	s.expectExactlyOnce(t, orders+21)
 }

@@ -27,14 +27,7 @@ func TestDistinctOrdersNotifiedFiveTimes(t *testing.T) {
 	ps := newPayments(t, "storm", orders)
 	s.registerOrders(t, a, ps)
 
-	type job struct{ order, copy int }
-	jobs := make([]job, 0, orders*copies)
-	for i := range ps {
-		for c := 0; c < copies; c++ {
-			jobs = append(jobs, job{i, c})
-		}
-	}
-	rand.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+	jobs := shuffledJobs(orders, copies)
 
 	before := gateCounts(s, t, []*instance{a})
 	var (
@@ -96,6 +89,21 @@ func TestDistinctOrdersNotifiedFiveTimes(t *testing.T) {
 		len(acknowledged), len(resent), format(dups))
 	s.expectExactlyOnce(t, orders)
 	t.Logf("database: %s", s.counts(t))
+}
+
+// job is one delivery of a storm: copy number copy of order number order.
+type job struct{ order, copy int }
+
+// shuffledJobs returns every copy of every order in random order.
+func shuffledJobs(orders, copies int) []job {
+	jobs := make([]job, 0, orders*copies)
+	for i := 0; i < orders; i++ {
+		for c := 0; c < copies; c++ {
+			jobs = append(jobs, job{i, c})
+		}
+	}
+	rand.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+	return jobs
 }
 
 // committedNow reports whether orderNo has a committed receipt and a ledger entry right now.
