@@ -2,6 +2,26 @@
 // loads the channel's key files (and keeps them current as they change), and wires the shared
 // metrics. The adapters themselves live in the subpackages wechatpay, alipay, stripe and
 // standardwebhooks.
+//
+// Key files per provider (config.KeyFiles), as a mounted Secret provides them:
+//
+//	wechatpay         wechatAPIv3KeyFile  the 32-byte APIv3 key
+//	                  wechatPublicKeyDir  <SERIAL>.pem platform certificates and
+//	                                      PUB_KEY_ID_<id>.pem public keys, all accepted at once
+//	alipay            alipayPublicKeyFile the Alipay public key, PEM or bare base64
+//	stripe            webhookSecretFiles  endpoint secrets, one per file ("whsec_..." as issued)
+//	standardwebhooks  webhookSecretFiles  "whsec_<base64>" secrets or "whpk_<base64>" ed25519 keys
+//
+// A webhook secret file that does not exist is skipped (name a "previous" file that is present
+// only during a rotation), but at least one must exist. Every file is re-read when its directory
+// changes and every ReloadInterval; a failed re-read keeps the keys in use.
+//
+// Metrics (shared by all channels of a process):
+//
+//	callbackd_key_verifications_total{channel,key_id,result}  per configured key; attacker-chosen
+//	                                                          serials are never labels
+//	callbackd_signature_probes_total{channel}                 WeChat Pay SIGNTEST probes
+//	callbackd_key_reloads_total{channel,result}               key re-reads that changed or failed
 package provider
 
 import (
