@@ -76,7 +76,7 @@ func LoadKeys(publicKeyFile string) (*Keys, error) {
 	}
 	pub, err := ParsePublicKey(raw)
 	if err != nil {
-		return nil, fmt.Errorf("Alipay public key file %s: %w", publicKeyFile, err)
+		return nil, fmt.Errorf("alipay public key file %s: %w", publicKeyFile, err)
 	}
 	return &Keys{PublicKey: pub}, nil
 }
