@@ -223,13 +223,13 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 
 	// 3. The key of this notification for the gates.
 	k := GateKey(n)
-	logger := p.log.With("channel", ch.Name, "provider", provider, "key", k.Short())
 
 	// 4. The in-process window: keys this replica finished itself.
 	if p.window.Contains(k) {
 		p.metrics.DuplicatesStopped.WithLabelValues(ch.Name, metrics.GateWindow).Inc()
 		return notify.Success, metrics.OutcomeDuplicate, "duplicate"
 	}
+	logger := p.log.With("channel", ch.Name, "provider", provider, "key", k.Short())
 
 	// 5. The Redis claim.
 	claim := gate.Claim{Outcome: gate.Unavailable}
