@@ -1,6 +1,10 @@
 // Package config is callbackd's configuration file: the channel settings the operator renders
 // from PaymentChannel.spec (the same v1alpha1 types, one schema), plus where this process finds
 // its stores and its key files. Secrets are never inline: the file names mounted files.
+//
+// Load reads a file strictly (unknown fields are errors), applies the environment overrides and
+// the defaults, and validates it; every problem is reported at once with the field it concerns.
+// example.yaml in this folder is an annotated, valid example.
 package config
 
 import (

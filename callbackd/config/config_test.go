@@ -281,3 +281,16 @@ func fieldErrors(err error) []*FieldError {
 	walk(err)
 	return out
 }
+
+func TestExampleConfigLoads(t *testing.T) {
+	for _, k := range []string{EnvDatabaseDSN, EnvListen, EnvRedisAddr, EnvRedisSentinels, EnvRedisMaster} {
+		t.Setenv(k, "")
+	}
+	f, err := Load("example.yaml")
+	if err != nil {
+		t.Fatalf("example.yaml: expected a valid file, got %v", err)
+	}
+	if len(f.Channels) != 2 || f.Redis == nil || len(f.Redis.SentinelAddrs) != 3 {
+		t.Fatalf("example.yaml: expected 2 channels and a 3-Sentinel Redis, got %d channels, redis %+v", len(f.Channels), f.Redis)
+	}
+}
