@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -101,6 +102,10 @@ func (e *Envtest) start(assets string, crdDirs []string) error {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
+		// envtest's 20 s default is too short on a loaded 2-core CI machine (kube-apiserver
+		// alone took longer there); a start that really hangs still fails.
+		ControlPlaneStartTimeout: envtestTimeout("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT", 2*time.Minute),
+		ControlPlaneStopTimeout:  envtestTimeout("KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT", time.Minute),
 		ControlPlane: envtest.ControlPlane{
 			Etcd:      &envtest.Etcd{Path: etcdPath, DataDir: etcdDir, Out: etcdLog, Err: etcdLog},
 			APIServer: &envtest.APIServer{Path: apiPath, CertDir: certDir, Out: apiLog, Err: apiLog},
@@ -114,6 +119,15 @@ func (e *Envtest) start(assets string, crdDirs []string) error {
 	}
 	e.Config = cfg
 	return nil
+}
+
+// envtestTimeout returns the duration in the environment variable envtest itself honours, or
+// def.
+func envtestTimeout(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
 }
 
 // withParentDeathSignal returns the path of a small wrapper that runs binary with a parent-death

@@ -55,6 +55,7 @@ func runOrphanHelper() int {
 }
 
 func TestServersDieWithTheirTestBinaryAndAreReaped(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), orphanHelperEnv+"=1")
 	cmd.Stderr = os.Stderr

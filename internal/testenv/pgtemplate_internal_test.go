@@ -58,9 +58,23 @@ func TestTemplateClusterServesLikeInitdb(t *testing.T) {
 // saveTemplateForTest makes sure the template cache holds a cluster for the installed build.
 func saveTemplateForTest(t *testing.T) error {
 	t.Helper()
+	if tmpl := (&Postgres{binDir: mustPGBin(t), version: binaryVersion(filepath.Join(mustPGBin(t), "postgres"))}).templatePath(); tmpl != "" {
+		if _, err := os.Stat(filepath.Join(tmpl, templateComplete)); err == nil {
+			return nil
+		}
+	}
 	p, err := NewPostgres() // creates the template on first use
 	if err != nil {
 		return err
 	}
 	return p.Close()
+}
+
+func mustPGBin(t *testing.T) string {
+	t.Helper()
+	dir, err := findPGBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

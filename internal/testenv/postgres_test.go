@@ -24,6 +24,7 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 }
 
 func TestPostgresDefaultsAreDurableAndLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	t.Logf("using %s", pg)
 	conn := connect(t, pg.DSN())
@@ -58,6 +59,7 @@ func TestPostgresDefaultsAreDurableAndLoopbackOnly(t *testing.T) {
 }
 
 func TestPostgresOptionsReachTheServer(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t,
 		testenv.WithoutFsync("this test only reads settings back; nothing it writes must survive a crash"),
 		testenv.WithSetting("max_connections", "321"),
@@ -88,6 +90,7 @@ func TestPostgresOptionsReachTheServer(t *testing.T) {
 }
 
 func TestPostgresWithoutFsyncNeedsAReason(t *testing.T) {
+	t.Parallel()
 	_, err := testenv.NewPostgres(testenv.WithoutFsync(" "))
 	if err == nil || !strings.Contains(err.Error(), "reason") {
 		t.Fatalf("WithoutFsync with a blank reason: expected an error asking for a reason, got %v", err)
@@ -95,6 +98,7 @@ func TestPostgresWithoutFsyncNeedsAReason(t *testing.T) {
 }
 
 func TestPostgresStopThenStartKeepsDataAndPort(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	ctx := context.Background()
 	dsn, port := pg.DSN(), pg.Port()

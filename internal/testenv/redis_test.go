@@ -18,6 +18,7 @@ func redisClient(t *testing.T, addr string) *redis.Client {
 }
 
 func TestPlainRedisHasNoPersistence(t *testing.T) {
+	t.Parallel()
 	g := testenv.StartRedis(t, testenv.RedisOptions{})
 	t.Logf("using %s", g)
 	if n := len(g.Nodes()); n != 1 {
@@ -40,6 +41,7 @@ func TestPlainRedisHasNoPersistence(t *testing.T) {
 }
 
 func TestSentinelPromotesReplicaWhenMasterIsKilled(t *testing.T) {
+	t.Parallel()
 	g := testenv.StartRedis(t, testenv.RedisOptions{Replicas: 1, Sentinels: 3})
 	t.Logf("using %s", g)
 	master, replica := g.Nodes()[0], g.Nodes()[1]
@@ -77,6 +79,7 @@ func TestSentinelPromotesReplicaWhenMasterIsKilled(t *testing.T) {
 }
 
 func TestRedisPauseFreezesAndResumeThaws(t *testing.T) {
+	t.Parallel()
 	g := testenv.StartRedis(t, testenv.RedisOptions{})
 	node := g.Nodes()[0]
 	c := redisClient(t, node.Addr)
@@ -100,6 +103,7 @@ func TestRedisPauseFreezesAndResumeThaws(t *testing.T) {
 }
 
 func TestRedisStopKillRestartKeepTheAddress(t *testing.T) {
+	t.Parallel()
 	g := testenv.StartRedis(t, testenv.RedisOptions{Persistence: true})
 	node := g.Nodes()[0]
 	addr := node.Addr

@@ -11,6 +11,7 @@ import (
 )
 
 func TestReapRemovesOnlyFoldersOfDeadTestBinaries(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	self := strconv.Itoa(os.Getpid())
 	selfStart, ok := processStartTime(os.Getpid())
@@ -98,6 +99,7 @@ func deadPid(t *testing.T) string {
 }
 
 func TestUnderDir(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		path, dir string
 		want      bool
@@ -116,6 +118,7 @@ func TestUnderDir(t *testing.T) {
 }
 
 func TestCloseLeavesNoProcessAndNoFolder(t *testing.T) {
+	t.Parallel()
 	pg, err := NewPostgres()
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +154,7 @@ func TestCloseLeavesNoProcessAndNoFolder(t *testing.T) {
 }
 
 func TestDatabaseNameForTestNames(t *testing.T) {
+	t.Parallel()
 	cases := []string{
 		"TestX",
 		"TestOrders/duplicate_callback#01",

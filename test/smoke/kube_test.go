@@ -14,6 +14,7 @@ import (
 )
 
 func TestKubeAPIServerStoresConfigMap(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.StartEnvtest(t)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestPostgresCommittedRowSurvivesCrashUncommittedDoesNot(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -53,6 +54,7 @@ func TestPostgresCommittedRowSurvivesCrashUncommittedDoesNot(t *testing.T) {
 }
 
 func TestPostgresNewDatabaseIsIsolated(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	t.Logf("real server: %s", pg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestRedisSentinelReplicatesAndFailsOver(t *testing.T) {
+	t.Parallel()
 	g := testenv.StartRedis(t, testenv.RedisOptions{Replicas: 1, Sentinels: 3})
 	t.Logf("real servers: %s; sentinels %v", g, g.SentinelAddrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
