@@ -41,13 +41,13 @@ func (s *Store) Counts(ctx context.Context) (Counts, error) {
 	if err != nil {
 		return Counts{}, fmt.Errorf("store: counts: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var (
 			st OrderStatus
 			n  int64
 		)
 		if err := rows.Scan(&st, &n); err != nil {
-			rows.Close()
 			return Counts{}, fmt.Errorf("store: counts: %w", err)
 		}
 		c.OrdersByStatus[st] = n

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // raceBothReads makes a payment and a close of one order read the order before either of them
@@ -66,17 +68,13 @@ func TestNegativeControlUnguardedUpdateDoublesTheEffect(t *testing.T) {
 		t.Fatalf("without lock and guard: order %s with %d ledger entries; want a payment in the ledger",
 			final.Status, len(final.Ledger))
 	}
-	var types []string
 	rows, err := s.Pool().Query(testContext(t), `SELECT event_type FROM outbox_events ORDER BY event_type`)
 	if err != nil {
 		t.Fatalf("read outbox: %v", err)
 	}
-	for rows.Next() {
-		var et string
-		if err := rows.Scan(&et); err != nil {
-			t.Fatalf("read outbox: %v", err)
-		}
-		types = append(types, et)
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("read outbox: %v", err)
 	}
 	if fmt.Sprint(types) != fmt.Sprint([]string{EventOrderClosed, EventPaymentSucceeded}) {
 		t.Fatalf("without lock and guard: outbox events %v, want both %s and %s", types, EventOrderClosed, EventPaymentSucceeded)
