@@ -266,6 +266,8 @@ func (p *Postgres) start() error {
 // or pgReadyTimeout passes.
 func (p *Postgres) waitReady(proc *process) error {
 	deadline := time.Now().Add(pgReadyTimeout)
+	// Each refused attempt writes a FATAL line to the server log; back off to keep it readable.
+	pause := 20 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		conn, err := pgx.Connect(ctx, p.dsnFor("postgres"))
@@ -283,7 +285,8 @@ func (p *Postgres) waitReady(proc *process) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testenv: postgres on %s not ready after %s: %w\n%s", p.Addr(), pgReadyTimeout, err, proc.logTail(20))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 250*time.Millisecond)
 	}
 }
 
@@ -422,6 +425,24 @@ func (p *Postgres) Crash(t testing.TB) {
 	t.Helper()
 	if err := p.shutdown(syscall.SIGQUIT, "immediate"); err != nil {
 		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Kill SIGKILLs the postmaster and every backend at once, with no chance to write anything
+// more: the harshest crash a process can suffer (the operating system's page cache survives, as
+// it would when only the database process dies). The next Start runs crash recovery.
+func (p *Postgres) Kill(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.proc == nil {
+		t.Fatalf("testenv: postgres on %s: kill: not running", p.Addr())
+	}
+	killProcessesUnder(p.dataDir) // postmaster and backends all work in the data folder
+	err := p.proc.kill()
+	p.proc = nil
+	if err != nil {
+		t.Fatalf("testenv: postgres on %s: kill: %v", p.Addr(), err)
 	}
 }
 
