@@ -21,8 +21,8 @@ import (
 
 var paidAt = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
-// keySets generates one key set per provider (RSA key generation is slow, so once per test).
-func keySet(t *testing.T, p callbackdv1alpha1.Provider) *keyset.Set {
+// keySet generates a key set of provider p for the test (RSA key generation is slow).
+func keySet(t testing.TB, p callbackdv1alpha1.Provider) *keyset.Set {
 	t.Helper()
 	m := callbackdv1alpha1.MerchantIdentity{MerchantID: "acct_1"}
 	switch p {
