@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strconv"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -14,6 +16,10 @@ import (
 
 // callbackd's listen addresses inside the pod: the provider- and merchant-facing API, and
 // /metrics, /healthz and /readyz apart from it so that probes never queue behind callbacks.
+// callbackdShutdownDelay plus callbackd's shutdown timeout (20 s) stays within the pod's
+// termination grace period (callbackdTerminationGrace).
+const callbackdShutdownDelay = 5 * time.Second
+
 var (
 	listenAddr        = ":" + strconv.Itoa(httpPort)
 	metricsListenAddr = ":" + strconv.Itoa(metricsPort)
@@ -64,6 +70,9 @@ func buildConfigFile(pc *callbackdv1alpha1.PaymentChannel) config.File {
 		ChannelSettings: *pc.Spec.ChannelSettings.DeepCopy(),
 		Keys:            keys,
 	}}
+	// Keep serving, with /readyz failing, while the endpoints controller and the load balancers
+	// take the terminating pod out: the pod has no shell for a preStop sleep.
+	f.Server.ShutdownDelay = metav1.Duration{Duration: callbackdShutdownDelay}
 	// Render every default explicitly: the ConfigMap then shows what callbackd runs with.
 	f.SetDefaults()
 	return f

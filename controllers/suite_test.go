@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
@@ -43,9 +46,12 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(envScheme))
 	utilruntime.Must(callbackdv1alpha1.AddToScheme(envScheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(envScheme))
 }
 
 func TestMain(m *testing.M) {
+	// The reconcilers log through controller-runtime; the tests assert on state, not logs.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	if envStop != nil {
 		envStop()
