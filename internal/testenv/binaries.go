@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Environment variables that override where binaries are found.
@@ -143,7 +145,9 @@ func pgCredential() (*syscall.Credential, error) {
 // binaryVersion runs "<path> --version" and returns the first token that looks like a version
 // ("15.20" from "postgres (PostgreSQL) 15.20 (Debian ...)", "7.0.15" from "... v=7.0.15 ...").
 func binaryVersion(path string) string {
-	out, err := exec.Command(path, "--version").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
 	if err != nil {
 		return "unknown"
 	}

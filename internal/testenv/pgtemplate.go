@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -68,7 +69,9 @@ func (p *Postgres) templatePath() string {
 	if err != nil {
 		return ""
 	}
-	out, err := exec.Command(filepath.Join(p.binDir, "postgres"), "--version").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(p.binDir, "postgres"), "--version").Output()
 	if err != nil {
 		return ""
 	}

@@ -184,7 +184,9 @@ func (p *Postgres) setUp() error {
 
 // initdb creates a new cluster in p.dataDir with initdbArgs.
 func (p *Postgres) initdb() error {
-	cmd := exec.Command(filepath.Join(p.binDir, "initdb"), append([]string{"--pgdata=" + p.dataDir}, initdbArgs...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(p.binDir, "initdb"), append([]string{"--pgdata=" + p.dataDir}, initdbArgs...)...)
 	cmd.Dir = p.dir
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = sysProcAttr(p.cred)

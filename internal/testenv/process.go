@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,8 @@ func startProcess(spec procSpec) (*process, error) {
 	}
 	defer logFile.Close() // the child holds its own copy of the descriptor
 
-	cmd := exec.Command(spec.path, spec.args...)
+	// The server's life is managed by stop/kill, not by a context.
+	cmd := exec.CommandContext(context.Background(), spec.path, spec.args...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
 	cmd.Stdout = logFile
@@ -148,7 +150,8 @@ func tailFile(path string, n int) string {
 // freePort returns a TCP port on 127.0.0.1 that nothing listened on a moment ago. Another
 // process may still take it before the server binds, so starters retry on a clash.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("testenv: find a free port: %w", err)
 	}
