@@ -76,8 +76,14 @@ k8s-cluster-binaries: ## Build every binary a local kwok cluster needs (cached).
 test: deps k8s-binaries ## Run every test against real PostgreSQL, Redis Sentinel and kube-apiserver, then the fuzzers briefly.
 	export KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh envtest | tail -n1)"; \
 	  $(GO) vet ./... && \
-	  $(GO) test $(GOTEST_FLAGS) ./...
+	  $(GO) test $(GOTEST_FLAGS) -v ./test/smoke/ && \
+	  $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/test/smoke$$')
 	$(MAKE) --no-print-directory fuzz
+	hack/check-leftovers.sh
+
+.PHONY: smoke
+smoke: deps k8s-binaries ## Smoke-test the harnesses (real PostgreSQL, Redis Sentinel, kube-apiserver), verbosely.
+	KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh envtest | tail -n1)" $(GO) test $(GOTEST_FLAGS) -v ./test/smoke/
 	hack/check-leftovers.sh
 
 .PHONY: fuzz
