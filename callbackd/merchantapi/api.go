@@ -52,20 +52,39 @@ type api struct {
 	store  orderStore
 	tokens TokenSource
 	logger *slog.Logger
-	now    func() time.Time
+	// channels are the channel names orders may be registered for; empty accepts any.
+	channels map[string]bool
+}
+
+// Option configures the handler.
+type Option func(*api)
+
+// WithChannels restricts order registration to the channels this process serves, so that a
+// typo in the channel name is a 400 at registration instead of an order no notification can
+// ever match.
+func WithChannels(names ...string) Option {
+	return func(a *api) {
+		a.channels = make(map[string]bool, len(names))
+		for _, n := range names {
+			a.channels[n] = true
+		}
+	}
 }
 
 // New returns the merchant API handler. It serves full paths (/v1/orders, /v1/orders/{order_no},
 // /v1/submit-tokens), so the server mounts it at "/v1/".
-func New(st *store.Store, tokens TokenSource, logger *slog.Logger) http.Handler {
-	return newHandler(st, tokens, logger)
+func New(st *store.Store, tokens TokenSource, logger *slog.Logger, opts ...Option) http.Handler {
+	return newHandler(st, tokens, logger, opts...)
 }
 
-func newHandler(st orderStore, tokens TokenSource, logger *slog.Logger) http.Handler {
+func newHandler(st orderStore, tokens TokenSource, logger *slog.Logger, opts ...Option) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a := &api{store: st, tokens: tokens, logger: logger.With("component", "merchantapi"), now: time.Now}
+	a := &api{store: st, tokens: tokens, logger: logger.With("component", "merchantapi")}
+	for _, o := range opts {
+		o(a)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/orders", a.createOrder)
 	mux.HandleFunc("GET /v1/orders/{order_no}", a.getOrder)
@@ -151,6 +170,10 @@ func (a *api) registerOrder(ctx context.Context, w http.ResponseWriter, r *http.
 	in, err := req.validate()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(a.channels) > 0 && !a.channels[in.Channel] {
+		writeError(w, http.StatusBadRequest, "channel "+quoteForMessage(in.Channel)+" is not served by this deployment")
 		return
 	}
 	newOrder := in.toStore()
@@ -278,7 +301,7 @@ func (a *api) withIdempotencyKey(ctx context.Context, w http.ResponseWriter, key
 // it presents and its exact body.
 func requestDigest(r *http.Request, body []byte) string {
 	h := sha256.New()
-	io.WriteString(h, r.Method+" "+r.URL.Path+"\n")
+	h.Write([]byte(r.Method + " " + r.URL.Path + "\n"))
 	tok := sha256.Sum256([]byte(r.Header.Get(HeaderSubmitToken)))
 	h.Write(tok[:])
 	h.Write(body)

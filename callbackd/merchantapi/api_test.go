@@ -226,6 +226,17 @@ func TestCreateOrderRefusesInvalidInputWithAClearMessage(t *testing.T) {
 	expectStatus(t, "oversized body", f.do(http.MethodPost, "/v1/orders", huge), http.StatusRequestEntityTooLarge)
 }
 
+func TestWithChannelsRefusesOrdersForUnservedChannels(t *testing.T) {
+	f := newFixture(t)
+	f.handler = newHandler(f.store, NewStaticTokens(testToken), nil, WithChannels("wx", "alipay"))
+	expectStatus(t, "served channel", f.do(http.MethodPost, "/v1/orders", orderBody("ord-ch1", 100)), http.StatusCreated)
+	unserved := f.do(http.MethodPost, "/v1/orders", strings.Replace(orderBody("ord-ch2", 100), `"wx"`, `"wxx"`, 1))
+	expectStatus(t, "unserved channel", unserved, http.StatusBadRequest)
+	if !strings.Contains(unserved.errorMessage(), `"wxx" is not served`) {
+		t.Errorf("unserved channel: expected a message naming the channel, got %q", unserved.errorMessage())
+	}
+}
+
 func TestRoutingAnswersInJSON(t *testing.T) {
 	f := newFixture(t)
 	got := f.do(http.MethodDelete, "/v1/orders", "")

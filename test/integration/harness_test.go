@@ -47,7 +47,6 @@ type stackOptions struct {
 // optional Redis Sentinel group, the channel's webhook secret and a merchant API token. Any
 // number of callbackd instances can be started on it; they share the database and Redis.
 type stack struct {
-	t        testing.TB
 	pg       *testenv.Postgres
 	dsn      string
 	opts     stackOptions
@@ -63,7 +62,6 @@ type stack struct {
 func newStack(t testing.TB, pg *testenv.Postgres, name string, opts stackOptions) *stack {
 	t.Helper()
 	s := &stack{
-		t:        t,
 		pg:       pg,
 		dsn:      pg.NewDatabase(t, name),
 		opts:     opts,
@@ -267,7 +265,13 @@ func (inst *instance) log(t testing.TB) string {
 
 // get issues an unauthenticated GET and returns the status code.
 func (s *stack) get(inst *instance, path string) (int, error) {
-	resp, err := s.client.Get(inst.base + path)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -418,7 +422,9 @@ func (s *stack) createOrder(ctx context.Context, inst *instance, p payment, mid 
 // getOrder reads an order through the merchant API.
 func (s *stack) getOrder(t testing.TB, inst *instance, orderNo string) merchantapi.OrderView {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, inst.base+"/v1/orders/"+orderNo, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.base+"/v1/orders/"+orderNo, nil)
 	if err != nil {
 		t.Fatalf("GET order: %v", err)
 	}
