@@ -72,7 +72,8 @@ func WithChannels(names ...string) Option {
 }
 
 // New returns the merchant API handler. It serves full paths (/v1/orders, /v1/orders/{order_no},
-// /v1/submit-tokens), so the server mounts it at "/v1/".
+// /v1/submit-tokens), so the server mounts it at "/v1/". logger is used as given (the caller
+// adds its component attribute); bearer tokens never reach it.
 func New(st *store.Store, tokens TokenSource, logger *slog.Logger, opts ...Option) http.Handler {
 	return newHandler(st, tokens, logger, opts...)
 }
@@ -81,7 +82,7 @@ func newHandler(st orderStore, tokens TokenSource, logger *slog.Logger, opts ...
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a := &api{store: st, tokens: tokens, logger: logger.With("component", "merchantapi")}
+	a := &api{store: st, tokens: tokens, logger: logger}
 	for _, o := range opts {
 		o(a)
 	}
