@@ -12,7 +12,7 @@ import (
 )
 
 // seedOrders registers n pending orders named prefix-1 … prefix-n in one statement.
-func seedOrders(b *testing.B, s *Store, prefix string, n int) {
+func seedOrders(b testing.TB, s *Store, prefix string, n int) {
 	b.Helper()
 	_, err := s.Pool().Exec(context.Background(), `
 INSERT INTO payment_orders (order_no, channel, merchant_id, amount, currency, request_digest)

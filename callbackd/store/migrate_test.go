@@ -110,7 +110,8 @@ func TestMigrateConcurrentRunsApplyEachVersionOnce(t *testing.T) {
 func TestOpenSessionSettings(t *testing.T) {
 	ctx := testContext(t)
 	dsn := emptyDatabase(t)
-	s, err := Open(ctx, dsn, Options{LockTimeout: 1500 * time.Millisecond, StatementTimeout: 3 * time.Second,
+	// A DSN asking for asynchronous commit does not get it either.
+	s, err := Open(ctx, dsn+"&synchronous_commit=off", Options{LockTimeout: 1500 * time.Millisecond, StatementTimeout: 3 * time.Second,
 		IdleInTxTimeout: 2500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
