@@ -99,12 +99,11 @@ func adminExec(t testing.TB, sql string) {
 }
 
 // migratedDatabase clones the migrated template into a database of the test's own and returns
-// its DSN; the database is dropped when the test ends.
+// its DSN. It is not dropped: the whole server is thrown away after the run.
 func migratedDatabase(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("store_%d", dbSeq.Add(1))
 	adminExec(t, "CREATE DATABASE "+name+" TEMPLATE "+templateDB+" STRATEGY FILE_COPY")
-	t.Cleanup(func() { adminExec(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
 	return dsnOf(t, name)
 }
 
