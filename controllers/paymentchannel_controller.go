@@ -159,8 +159,8 @@ func (r *PaymentChannelReconciler) Reconcile(ctx context.Context, req reconcile.
 	}
 	if err := patchStatus(ctx, r.Client, original, st.pc); err != nil {
 		if apierrors.IsConflict(err) {
-			// Someone wrote the channel meanwhile; the watch brings us back with fresh state.
-			return ctrl.Result{Requeue: true}, nil
+			// Someone wrote the channel meanwhile; come back soon with fresh state.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		return result, errors.Join(stepErr, err)
 	}

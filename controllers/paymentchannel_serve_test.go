@@ -119,7 +119,11 @@ func TestRenderedConfigServes(t *testing.T) {
 		}
 	}
 	var log bytes.Buffer
-	cmd = exec.Command(bin, rewriteArgs(serve.Args, rewritePaths)...)
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	defer stopServe()
+	cmd = exec.CommandContext(serveCtx, bin, rewriteArgs(serve.Args, rewritePaths)...)
+	// Cancel asks for a graceful stop; the cleanup below waits for it.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.Env = withoutCallbackdEnv()
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -151,7 +155,11 @@ func TestRenderedConfigServes(t *testing.T) {
 			t.Fatalf("callbackd serve: exited before ready: %v", err)
 		default:
 		}
-		resp, err := httpClient.Get(url)
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatalf("probe request: %v", err)
+		}
+		resp, err := httpClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -234,7 +242,7 @@ func buildCallbackd(t *testing.T) string {
 			goBin = p
 		}
 	}
-	out, err := exec.Command(goBin, "build", "-o", bin, "github.com/seed-1cff2221/callback-platform/cmd/callbackd").CombinedOutput()
+	out, err := exec.CommandContext(context.Background(), goBin, "build", "-o", bin, "github.com/seed-1cff2221/callback-platform/cmd/callbackd").CombinedOutput()
 	if err != nil {
 		t.Fatalf("build cmd/callbackd: %v\n%s", err, out)
 	}
@@ -248,7 +256,7 @@ func fileExists(p string) bool {
 
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}

@@ -21,7 +21,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -202,5 +201,3 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() (b
 	}
 	t.Fatalf("%s: not true after %s (last: %s)", what, timeout, last)
 }
-
-var _ = ptr.To[int32]
