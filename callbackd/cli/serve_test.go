@@ -122,7 +122,7 @@ func TestServeEndToEnd(t *testing.T) {
 	createOrder := func(orderNo string, amount int64) {
 		t.Helper()
 		body := fmt.Sprintf(`{"order_no":%q,"channel":"webhooks","merchant_id":"acct_1","amount":%d,"currency":"CNY"}`, orderNo, amount)
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/orders", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+apiToken)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
@@ -236,7 +236,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 
 	// 4. /metrics exposes every metric, and the counts add up.
-	resp, err := client.Get(base + "/metrics")
+	resp, err := getURL(client, base+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func waitStatus(t *testing.T, client *http.Client, url string, want int) {
 	deadline := time.Now().Add(30 * time.Second)
 	last := 0
 	for time.Now().Before(deadline) {
-		resp, err := client.Get(url)
+		resp, err := getURL(client, url)
 		if err == nil {
 			resp.Body.Close()
 			if last = resp.StatusCode; last == want {
@@ -332,4 +332,12 @@ func writeTestFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func getURL(c *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(req)
 }

@@ -249,7 +249,7 @@ func TestGracefulShutdownDrainsInFlightCallbacks(t *testing.T) {
 
 	answer := make(chan string, 1)
 	go func() {
-		resp, err := http.Post(url+"/notify/wx", "application/json", strings.NewReader("{}"))
+		resp, err := postJSON(http.DefaultClient, url+"/notify/wx")
 		if err != nil {
 			answer <- "error: " + err.Error()
 			return
@@ -281,7 +281,7 @@ func TestGracefulShutdownDrainsInFlightCallbacks(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return after the drain")
 	}
-	if _, err := http.Post(url+"/notify/wx", "application/json", strings.NewReader("{}")); err == nil {
+	if _, err := postJSON(http.DefaultClient, url+"/notify/wx"); err == nil {
 		t.Fatal("after shutdown: expected new connections to be refused")
 	}
 }
@@ -297,7 +297,7 @@ func TestShutdownTimeoutIsReported(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx, ln, nil) }()
 	go func() {
-		resp, err := http.Post("http://"+ln.Addr().String()+"/notify/wx", "application/json", strings.NewReader("{}"))
+		resp, err := postJSON(http.DefaultClient, "http://"+ln.Addr().String()+"/notify/wx")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -325,7 +325,7 @@ func TestSeparateOpsListener(t *testing.T) {
 	defer func() { stop(); <-served }()
 
 	status := func(addr, path string) int {
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := getURL(http.DefaultClient, "http://"+addr+path)
 		if err != nil {
 			t.Fatalf("GET %s%s: %v", addr, path, err)
 		}
@@ -374,7 +374,7 @@ func TestDrainDelayKeepsServingWhileNotReady(t *testing.T) {
 	stop()
 	time.Sleep(100 * time.Millisecond)
 
-	resp, err := client.Get(url + "/readyz")
+	resp, err := getURL(client, url+"/readyz")
 	if err != nil {
 		t.Fatalf("readyz during the drain delay: expected an answer, got %v", err)
 	}
@@ -382,7 +382,7 @@ func TestDrainDelayKeepsServingWhileNotReady(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("readyz during the drain delay: expected 503, got %d", resp.StatusCode)
 	}
-	resp, err = client.Post(url+"/notify/wx", "application/json", strings.NewReader("{}"))
+	resp, err = postJSON(client, url+"/notify/wx")
 	if err != nil {
 		t.Fatalf("a callback during the drain delay: expected it served, got %v", err)
 	}
@@ -398,4 +398,21 @@ func TestDrainDelayKeepsServingWhileNotReady(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return after the drain delay")
 	}
+}
+
+func postJSON(c *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader("{}"))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.Do(req)
+}
+
+func getURL(c *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(req)
 }
