@@ -106,8 +106,10 @@ bench: ## Benchmarks against the physical limits — not built yet.
 	@echo "make bench: not built yet (issue 8: benchmarks)" >&2; exit 1
 
 .PHONY: demo
-demo: ## Run the platform locally with a paysim storm — not built yet.
-	@echo "make demo: not built yet (issue 4: provider adapters, paysim and the demo)" >&2; exit 1
+demo: deps ## Run the platform locally (PostgreSQL, Redis Sentinel, callbackd, a paysim storm) and print the report. DEMO_FLAGS="--orders 50" to shorten.
+	@mkdir -p $(BIN)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/callbackd ./cmd/paysim ./cmd/demo
+	$(BIN)/demo --callbackd $(BIN)/callbackd $(DEMO_FLAGS)
 
 ##@ Packaging
 

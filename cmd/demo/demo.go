@@ -30,6 +30,7 @@ import (
 type options struct {
 	callbackd                       string
 	orders, duplicates, concurrency int
+	replicas                        int
 	shuffle, json                   bool
 	timeout                         time.Duration
 	workDir, reportJSON             string
@@ -61,9 +62,9 @@ type demo struct {
 	pg         *testenv.Postgres
 	redis      *testenv.RedisGroup
 	fake       *http.Server
-	callbackd  *process
+	callbackd  []*process
 	pids       Processes
-	base       string // http://127.0.0.1:port of callbackd
+	bases      []string // http://127.0.0.1:port of each callbackd replica
 	apiToken   string
 	httpClient *http.Client
 }
@@ -71,7 +72,7 @@ type demo struct {
 // Processes are the process ids the demo started, reported so that a test can check that none
 // is left once the demo has exited.
 type Processes struct {
-	Callbackd int   `json:"callbackd"`
+	Callbackd []int `json:"callbackd"`
 	Postgres  int   `json:"postgres"`
 	Redis     []int `json:"redis"`
 }
@@ -141,13 +142,16 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 	if err := d.migrate(ctx, bin, cfg); err != nil {
 		return nil, err
 	}
-	d.step("starting callbackd serve")
-	if err := d.startCallbackd(ctx, bin, cfg); err != nil {
-		return nil, err
+	d.httpClient = storm.NewClient(d.opts.concurrency, storm.DefaultTimeout)
+	for i := range d.opts.replicas {
+		d.step("starting callbackd serve (replica %d of %d)", i+1, d.opts.replicas)
+		if err := d.startCallbackd(ctx, bin, cfg, i); err != nil {
+			return nil, err
+		}
+		d.step("callbackd replica %d (pid %d) is ready on %s", i+1, d.pids.Callbackd[i], d.bases[i])
 	}
-	d.step("callbackd (pid %d) is ready on %s", d.pids.Callbackd, d.base)
 
-	rep := &Report{Orders: d.opts.orders, Duplicates: d.opts.duplicates, Concurrency: d.opts.concurrency, Shuffle: d.opts.shuffle}
+	rep := &Report{Orders: d.opts.orders, Duplicates: d.opts.duplicates, Concurrency: d.opts.concurrency, Shuffle: d.opts.shuffle, Replicas: d.opts.replicas}
 	for i, set := range sets {
 		cr, err := d.stormChannel(ctx, demoChannels[i], set, fake)
 		if err != nil {
@@ -156,9 +160,20 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 		rep.Channels = append(rep.Channels, cr)
 	}
 
-	gates, err := scrapeDuplicates(ctx, d.httpClient, d.base+"/metrics")
-	if err != nil {
-		return nil, err
+	gates := map[string]map[string]int64{}
+	for _, base := range d.bases {
+		replica, err := scrapeDuplicates(ctx, d.httpClient, base+"/metrics")
+		if err != nil {
+			return nil, err
+		}
+		for ch, byGate := range replica {
+			if gates[ch] == nil {
+				gates[ch] = map[string]int64{}
+			}
+			for g, n := range byGate {
+				gates[ch][g] += n
+			}
+		}
 	}
 	books, err := readBooks(ctx, dsn)
 	if err != nil {
@@ -296,10 +311,9 @@ func (d *demo) migrate(ctx context.Context, bin string, cfg config.File) error {
 	return nil
 }
 
-// startCallbackd runs `callbackd serve` on a free loopback port and waits for /readyz. A port
-// taken by someone else between choosing and binding it is retried.
-func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File) error {
-	d.httpClient = storm.NewClient(d.opts.concurrency, storm.DefaultTimeout)
+// startCallbackd runs replica i of `callbackd serve` on a free loopback port and waits for
+// /readyz. A port taken by someone else between choosing and binding it is retried.
+func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File, i int) error {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
@@ -307,17 +321,19 @@ func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File) 
 			return err
 		}
 		cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
-		path, err := d.writeConfig(fmt.Sprintf("callbackd-%d.json", attempt), cfg)
+		path, err := d.writeConfig(fmt.Sprintf("callbackd-%d-%d.json", i, attempt), cfg)
 		if err != nil {
 			return err
 		}
-		p, err := startProcess(bin, []string{"serve", "--config", path}, callbackdEnv(), filepath.Join(d.dir, fmt.Sprintf("callbackd-%d.log", attempt)))
+		p, err := startProcess(bin, []string{"serve", "--config", path}, callbackdEnv(), filepath.Join(d.dir, fmt.Sprintf("callbackd-%d-%d.log", i, attempt)))
 		if err != nil {
 			return err
 		}
-		d.callbackd, d.pids.Callbackd = p, p.pid()
-		d.base = "http://" + cfg.Listen
-		if lastErr = d.waitReady(ctx, p); lastErr == nil {
+		d.callbackd = append(d.callbackd, p)
+		base := "http://" + cfg.Listen
+		if lastErr = d.waitReady(ctx, p, base); lastErr == nil {
+			d.bases = append(d.bases, base)
+			d.pids.Callbackd = append(d.pids.Callbackd, p.pid())
 			return nil
 		}
 		if stopErr := p.stop(15 * time.Second); stopErr != nil {
@@ -327,13 +343,13 @@ func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File) 
 	return lastErr
 }
 
-func (d *demo) waitReady(ctx context.Context, p *process) error {
+func (d *demo) waitReady(ctx context.Context, p *process, base string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.exited() {
 			return fmt.Errorf("callbackd exited before it was ready:\n%s", tail(p.log(), 20))
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/readyz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 		if resp, err := d.httpClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -357,7 +373,7 @@ func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set,
 	cr := ChannelReport{Name: c.name, Label: c.label, Provider: c.provider}
 	trades := storm.NewTrades("DEMO-"+strings.ToUpper(c.name), d.opts.orders, "CNY", time.Now())
 	d.step("%s: registering %d orders through the merchant API", c.label, len(trades))
-	merchant := storm.Merchant{BaseURL: d.base, Token: d.apiToken, Client: d.httpClient}
+	merchant := storm.Merchant{BaseURL: d.bases[0], Token: d.apiToken, Client: d.httpClient}
 	spec := storm.OrderSpec{Channel: c.name, MerchantID: c.merchant.MerchantID, SubMerchantID: c.merchant.SubMerchantID}
 	if err := merchant.Register(ctx, spec, trades, 8); err != nil {
 		return cr, err
@@ -370,7 +386,11 @@ func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set,
 	if err != nil {
 		return cr, err
 	}
-	sender, err := storm.NewSender(notifier, d.base+"/notify/"+c.name, d.httpClient)
+	var targets []string
+	for _, base := range d.bases {
+		targets = append(targets, base+"/notify/"+c.name)
+	}
+	sender, err := storm.NewBalancedSender(notifier, targets, d.httpClient)
 	if err != nil {
 		return cr, err
 	}
@@ -411,9 +431,9 @@ func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set,
 // It is safe to call whatever run got to.
 func (d *demo) stopAll() error {
 	var errs []error
-	if d.callbackd != nil {
-		d.step("stopping callbackd (pid %d)", d.callbackd.pid())
-		if err := d.callbackd.stop(20 * time.Second); err != nil {
+	for _, p := range d.callbackd {
+		d.step("stopping callbackd (pid %d)", p.pid())
+		if err := p.stop(20 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -432,7 +452,7 @@ func (d *demo) stopAll() error {
 			errs = append(errs, fmt.Errorf("stop PostgreSQL: %w", err))
 		}
 	}
-	d.step("stopped callbackd (pid %d), PostgreSQL (pid %d), Redis (pids %s)", d.pids.Callbackd, d.pids.Postgres, joinInts(d.pids.Redis))
+	d.step("stopped callbackd (pids %s), PostgreSQL (pid %d), Redis (pids %s)", joinInts(d.pids.Callbackd), d.pids.Postgres, joinInts(d.pids.Redis))
 	if d.removeDir && d.dir != "" {
 		if err := os.RemoveAll(d.dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove the work folder: %w", err))

@@ -46,7 +46,7 @@ func testMain(m *testing.M) int {
 }
 
 // stoppedLine is the demo's last progress line, naming every process it started.
-var stoppedLine = regexp.MustCompile(`demo: stopped callbackd \(pid (\d+)\), PostgreSQL \(pid (\d+)\), Redis \(pids ([\d ]*)\)`)
+var stoppedLine = regexp.MustCompile(`demo: stopped callbackd \(pids ([\d ]*)\), PostgreSQL \(pid (\d+)\), Redis \(pids ([\d ]*)\)`)
 
 // startedPIDs parses the stopped line from the demo's stderr.
 func startedPIDs(t *testing.T, stderr string) []int {
@@ -56,7 +56,11 @@ func startedPIDs(t *testing.T, stderr string) []int {
 		t.Fatalf("expected the demo to name the processes it stopped; stderr:\n%s", stderr)
 	}
 	var pids []int
-	for _, f := range append([]string{m[1], m[2]}, strings.Fields(m[3])...) {
+	fields := append(append(strings.Fields(m[1]), m[2]), strings.Fields(m[3])...)
+	if len(fields) < 3 {
+		t.Fatalf("expected callbackd, PostgreSQL and Redis pids in %q", m[0])
+	}
+	for _, f := range fields {
 		pid, err := strconv.Atoi(f)
 		if err != nil || pid <= 0 {
 			t.Fatalf("bad pid %q in %q", f, m[0])
@@ -135,8 +139,8 @@ func TestDemoBalancesTheBooks(t *testing.T) {
 			t.Errorf("%s: expected no rejections and no transport errors, got %+v", c.Name, c.answers())
 		}
 	}
-	if rep.Processes.Callbackd == 0 || rep.Processes.Postgres == 0 || len(rep.Processes.Redis) != 5 {
-		t.Errorf("expected the report to name callbackd, PostgreSQL and 5 Redis processes, got %+v", rep.Processes)
+	if len(rep.Processes.Callbackd) != 2 || rep.Processes.Postgres == 0 || len(rep.Processes.Redis) != 5 {
+		t.Errorf("expected the report to name 2 callbackd replicas, PostgreSQL and 5 Redis processes, got %+v", rep.Processes)
 	}
 }
 

@@ -1,8 +1,8 @@
 // Command demo runs the whole platform on this machine for a few seconds and prints what
 // happened, in words a newcomer understands: it starts a throwaway PostgreSQL and a Redis
 // Sentinel group (1 master, 1 replica, 3 Sentinels) on loopback, migrates the database with
-// `callbackd migrate`, generates test keys, starts `callbackd serve` with a WeChat Pay and an
-// Alipay channel, registers orders through the merchant API, and hits each channel with a paysim
+// `callbackd migrate`, generates test keys, starts `callbackd serve` (two replicas by default)
+// with a WeChat Pay and an Alipay channel, registers orders through the merchant API, and hits each channel with a paysim
 // storm (every notification delivered several times, concurrently, shuffled). Then it reads the
 // books straight from PostgreSQL and the duplicate counters from callbackd's /metrics, prints
 // the report, and stops everything it started — also on Ctrl-C and on error.
@@ -41,6 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&opts.callbackd, "callbackd", "", "callbackd binary (built from ./cmd/callbackd into the work folder when empty)")
+	fs.IntVar(&opts.replicas, "replicas", 2, "callbackd replicas; the storm reaches them in turn, as through a load balancer")
 	fs.IntVar(&opts.orders, "orders", 200, "orders per channel")
 	fs.IntVar(&opts.duplicates, "duplicates", 5, "deliveries of each notification in the storm")
 	fs.IntVar(&opts.concurrency, "concurrency", 32, "requests in flight")
@@ -52,8 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitFailed
 	}
-	if opts.orders < 1 || opts.duplicates < 1 || opts.concurrency < 1 {
-		fmt.Fprintln(stderr, "demo: --orders, --duplicates and --concurrency must be at least 1")
+	if opts.orders < 1 || opts.duplicates < 1 || opts.concurrency < 1 || opts.replicas < 1 {
+		fmt.Fprintln(stderr, "demo: --replicas, --orders, --duplicates and --concurrency must be at least 1")
 		return exitFailed
 	}
 

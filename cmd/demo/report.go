@@ -28,6 +28,7 @@ var gates = []struct{ label, desc string }{
 
 // Report is what the demo found.
 type Report struct {
+	Replicas    int  `json:"replicas"`
 	Orders      int  `json:"orders_per_channel"`
 	Duplicates  int  `json:"duplicates"`
 	Concurrency int  `json:"concurrency"`
@@ -150,10 +151,16 @@ func (r *Report) print(w io.Writer, asJSON bool) error {
 		return enc.Encode(r)
 	}
 	var b strings.Builder
+	labels := make([]string, len(r.Channels))
+	for i, c := range r.Channels {
+		labels[i] = c.Label
+	}
 	fmt.Fprintf(&b, "\ncallback-platform demo\n")
-	fmt.Fprintf(&b, "Each of %d orders per channel was paid once; the provider then delivered its payment notification %d times,\n", r.Orders, r.Duplicates)
-	fmt.Fprintf(&b, "%d at a time%s, as in a retry storm. callbackd must book every payment exactly once.\n\n",
-		r.Concurrency, map[bool]string{true: ", in random order", false: ""}[r.Shuffle])
+	fmt.Fprintf(&b, "%d payment channels (%s), %d orders each, every order paid once.\n", len(r.Channels), strings.Join(labels, ", "), r.Orders)
+	fmt.Fprintf(&b, "The provider delivered each payment notification %d times: %d requests at a time%s,\n",
+		r.Duplicates, r.Concurrency, map[bool]string{true: ", in random order", false: ""}[r.Shuffle])
+	fmt.Fprintf(&b, "%s, the way a retry storm looks.\n", replicasText(r.Replicas))
+	fmt.Fprintf(&b, "callbackd must book every payment exactly once.\n\n")
 
 	var t table
 	header := []string{}
@@ -209,6 +216,13 @@ func (r *Report) print(w io.Writer, asJSON bool) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func replicasText(n int) string {
+	if n == 1 {
+		return "all to one callbackd"
+	}
+	return fmt.Sprintf("spread over %d callbackd replicas as by a load balancer", n)
 }
 
 // table renders rows of a label and right-aligned cells.

@@ -69,7 +69,7 @@ func (s *Sender) Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, er
 		return ReplayResult{}, fmt.Errorf("storm: replay: compress and concurrency must be at least 1, got %g and %d", cfg.Compress, cfg.Concurrency)
 	}
 	res := ReplayResult{
-		Summary:               Summary{Provider: s.notifier.Provider(), Target: s.target, Orders: len(cfg.Trades)},
+		Summary:               Summary{Provider: s.notifier.Provider(), Target: s.targetNames(), Orders: len(cfg.Trades)},
 		AttemptsToAcknowledge: map[int]int{},
 		Trades:                make([]TradeReplay, len(cfg.Trades)),
 	}

@@ -14,7 +14,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
@@ -26,10 +28,11 @@ const DefaultTimeout = 5 * time.Second
 // maxAnswerBody bounds how much of an answer is read and kept.
 const maxAnswerBody = 4 << 10
 
-// Sender delivers one channel's notifications to one target, as the provider would.
+// Sender delivers one channel's notifications to its targets, as the provider would.
 type Sender struct {
 	notifier Notifier
-	target   string
+	targets  []string
+	next     atomic.Uint64
 	client   *http.Client
 }
 
@@ -37,14 +40,34 @@ type Sender struct {
 // URL, e.g. http://127.0.0.1:8080/notify/wechat). target must be on loopback. client may be
 // nil: NewClient(64, DefaultTimeout) is used.
 func NewSender(notifier Notifier, target string, client *http.Client) (*Sender, error) {
-	if _, err := CheckTarget(target); err != nil {
-		return nil, err
+	return NewBalancedSender(notifier, []string{target}, client)
+}
+
+// NewBalancedSender is NewSender for several replicas of the same channel: requests go to the
+// targets in turn, as through a round-robin load balancer, so that the duplicates of one
+// notification reach different replicas.
+func NewBalancedSender(notifier Notifier, targets []string, client *http.Client) (*Sender, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("storm: at least one target is required")
+	}
+	for _, t := range targets {
+		if _, err := CheckTarget(t); err != nil {
+			return nil, err
+		}
 	}
 	if client == nil {
 		client = NewClient(64, DefaultTimeout)
 	}
-	return &Sender{notifier: notifier, target: target, client: client}, nil
+	return &Sender{notifier: notifier, targets: append([]string(nil), targets...), client: client}, nil
 }
+
+// target picks the target of the next request.
+func (s *Sender) target() string {
+	return s.targets[(s.next.Add(1)-1)%uint64(len(s.targets))]
+}
+
+// targetNames describes the targets in a summary.
+func (s *Sender) targetNames() string { return strings.Join(s.targets, ",") }
 
 // Attempt is the result of one delivery attempt.
 type Attempt struct {
@@ -67,7 +90,7 @@ func (s *Sender) Send(ctx context.Context, t Trade) (Attempt, error) {
 
 // post delivers a signed notification and classifies the answer.
 func (s *Sender) post(ctx context.Context, n paysim.Notification) Attempt {
-	req, err := n.Request(ctx, s.target)
+	req, err := n.Request(ctx, s.target())
 	if err != nil {
 		return Attempt{Outcome: OutcomeTransportError, Err: err}
 	}
@@ -112,7 +135,7 @@ func (s *Sender) Storm(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Duplicates < 1 || cfg.Concurrency < 1 {
 		return Summary{}, fmt.Errorf("storm: duplicates and concurrency must be at least 1, got %d and %d", cfg.Duplicates, cfg.Concurrency)
 	}
-	summary := Summary{Provider: s.notifier.Provider(), Target: s.target, Orders: len(cfg.Trades)}
+	summary := Summary{Provider: s.notifier.Provider(), Target: s.targetNames(), Orders: len(cfg.Trades)}
 	jobs := make([]int, 0, len(cfg.Trades)*cfg.Duplicates) // indexes into cfg.Trades
 	for i := range cfg.Trades {
 		for range cfg.Duplicates {

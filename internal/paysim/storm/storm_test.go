@@ -276,3 +276,28 @@ func TestYuan(t *testing.T) {
 		t.Error("Yuan(-1): expected an error")
 	}
 }
+
+// TestBalancedSenderAlternatesTargets: with several replicas the deliveries are spread in turn,
+// so the duplicates of one notification reach different replicas.
+func TestBalancedSenderAlternatesTargets(t *testing.T) {
+	set := keySet(t, callbackdv1alpha1.ProviderStandardWebhooks)
+	a, b := newAdapterServer(t, set), newAdapterServer(t, set)
+	n, err := storm.NewNotifier(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := storm.NewBalancedSender(n, []string{a.URL + "/notify/sw", b.URL + "/notify/sw"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := sender.Storm(context.Background(), storm.Config{Trades: storm.NewTrades("LB", 10, "CNY", paidAt), Duplicates: 2, Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Answers.Success != 20 || len(a.parsed) != 10 || len(b.parsed) != 10 {
+		t.Fatalf("expected 20 acknowledged deliveries, 10 per replica; got %d, %d and %d", sum.Answers.Success, len(a.parsed), len(b.parsed))
+	}
+	if _, err := storm.NewBalancedSender(n, []string{a.URL, "http://203.0.113.7/"}, nil); !errors.Is(err, storm.ErrNotLoopback) {
+		t.Errorf("a non-loopback replica among loopback ones: expected ErrNotLoopback, got %v", err)
+	}
+}
