@@ -5,16 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 func TestKubeAPIServerStoresConfigMap(t *testing.T) {
 	t.Parallel()
+	// controller-runtime warns, with a stack trace, when its logger is used but never set.
+	ctrllog.SetLogger(logr.Discard())
 	cfg := testenv.StartEnvtest(t)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
