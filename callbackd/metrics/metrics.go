@@ -109,13 +109,21 @@ type Metrics struct {
 	// Registry holds every collector; serve it on /metrics and hand it to the adapters.
 	Registry *prometheus.Registry
 
-	Callbacks          *prometheus.CounterVec
-	DuplicatesStopped  *prometheus.CounterVec
-	RedisDegraded      *prometheus.CounterVec
-	LockContention     *prometheus.CounterVec
-	Processing         *prometheus.HistogramVec
-	InFlight           prometheus.Gauge
-	Anomalies          *prometheus.CounterVec
+	// Callbacks is callbackd_callbacks_total{channel,provider,outcome}.
+	Callbacks *prometheus.CounterVec
+	// DuplicatesStopped is callbackd_duplicates_stopped_total{channel,gate}.
+	DuplicatesStopped *prometheus.CounterVec
+	// RedisDegraded is callbackd_redis_degraded_total{channel,reason}.
+	RedisDegraded *prometheus.CounterVec
+	// LockContention is callbackd_lock_contention_total{channel}.
+	LockContention *prometheus.CounterVec
+	// Processing is callbackd_processing_seconds{channel,provider}.
+	Processing *prometheus.HistogramVec
+	// InFlight is callbackd_inflight.
+	InFlight prometheus.Gauge
+	// Anomalies is callbackd_anomalies_total{channel,reason}.
+	Anomalies *prometheus.CounterVec
+	// OverloadRejections is callbackd_overload_rejections_total{channel}.
 	OverloadRejections *prometheus.CounterVec
 }
 

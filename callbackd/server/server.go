@@ -41,22 +41,31 @@ type Pinger interface {
 
 // Options configure a Server. Zero durations take the defaults of package config.
 type Options struct {
+	// Pipeline decides the callbacks.
 	Pipeline Processor
-	Metrics  *metrics.Metrics
+	// Metrics are served on /metrics and counted by the notify handler.
+	Metrics *metrics.Metrics
 	// Database is pinged by /readyz.
 	Database Pinger
 	// MerchantAPI serves /v1/ (nil: not mounted).
 	MerchantAPI http.Handler
-	Logger      *slog.Logger
+	// Logger receives the server's messages (nil: discarded).
+	Logger *slog.Logger
 
-	MaxBodyBytes      int64
-	MaxInFlight       int
-	RequestTimeout    time.Duration
+	// MaxBodyBytes is the largest callback body read; a larger one is refused (body_too_large).
+	MaxBodyBytes int64
+	// MaxInFlight bounds the callbacks processed at once; beyond it a fast retryable answer.
+	MaxInFlight int
+	// RequestTimeout bounds processing one callback (below the providers' 5 s).
+	RequestTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound each connection phase
+	// (slowloris protection).
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
-	ShutdownTimeout   time.Duration
+	// ShutdownTimeout bounds the drain of the requests in flight after ctx is done.
+	ShutdownTimeout time.Duration
 	// DrainDelay keeps serving for this long after ctx is done, with /readyz already answering
 	// 503, so that load balancers stop routing here before the listener closes.
 	DrainDelay time.Duration
