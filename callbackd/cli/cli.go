@@ -83,6 +83,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(newServeCommand(stderr), newMigrateCommand(stdout, stderr), newVersionCommand(stdout))
 	root.AddCommand(newOutboxCommand(stdout))
+	root.AddCommand(newOrderCommand(stdout, stderr))
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 		if c.Args == nil {

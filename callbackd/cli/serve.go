@@ -118,6 +118,11 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 	if err != nil {
 		return err
 	}
+	// The active query path shares the pipeline's gates: a query and a callback commit once.
+	syncer, err := newSyncer(adaptersCtx, cfg, st, p, logger)
+	if err != nil {
+		return err
+	}
 
 	var merchantAPI http.Handler
 	if cfg.APITokensFile != "" {
@@ -125,7 +130,8 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		if err != nil {
 			return err
 		}
-		merchantAPI = merchantapi.New(st, tokens, logger.With("component", "merchantapi"))
+		merchantAPI = merchantapi.WithSync(merchantapi.New(st, tokens, logger.With("component", "merchantapi")),
+			syncer, tokens, logger)
 	} else {
 		logger.Warn("apiTokensFile not set; the merchant API is not served")
 	}
@@ -151,7 +157,7 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		return err
 	}
 
-	stopBackground, err := startBackground(ctx, cfg, st, m.Registry, logger)
+	stopBackground, err := startBackground(ctx, cfg, st, syncer, m.Registry, logger)
 	if err != nil {
 		return err
 	}
