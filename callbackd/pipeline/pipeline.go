@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/seed-1cff2221/callback-platform/callbackd/gate"
 	"github.com/seed-1cff2221/callback-platform/callbackd/metrics"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
@@ -83,6 +85,13 @@ type Options struct {
 	AnswerReserve time.Duration
 }
 
+// Refusal log budget: a steady rate with a burst, beyond which refusal lines are dropped and
+// their number is reported on the next line written.
+const (
+	refusalLogsPerSecond = 20
+	refusalLogBurst      = 100
+)
+
 // Pipeline processes callbacks. It is safe for concurrent use.
 type Pipeline struct {
 	channels    map[string]*Channel
@@ -94,6 +103,10 @@ type Pipeline struct {
 	gateTimeout time.Duration
 	contention  time.Duration
 	reserve     time.Duration
+	// refusalLog bounds the refusal log lines (a forged-request flood must not flood the logs);
+	// the anomaly counters still count every refusal.
+	refusalLog *rate.Limiter
+	suppressed atomic.Int64
 	// lastDegradedLog rate-limits the Redis-degraded warning (unix nanoseconds), so that a
 	// Redis outage during a storm logs once a second, not once a request; the counter counts all.
 	lastDegradedLog atomic.Int64
@@ -118,6 +131,7 @@ func New(opts Options) (*Pipeline, error) {
 		metrics:     opts.Metrics,
 		log:         opts.Logger,
 		gateTimeout: opts.GateTimeout,
+		refusalLog:  rate.NewLimiter(rate.Limit(refusalLogsPerSecond), refusalLogBurst),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -197,7 +211,7 @@ func (p *Pipeline) Refuse(channel string, reason notify.Reason) (notify.Verdict,
 	}
 	p.metrics.Anomalies.WithLabelValues(ch.Name, string(reason)).Inc()
 	p.metrics.Callbacks.WithLabelValues(ch.Name, ch.Adapter.Provider(), metrics.OutcomeRejected).Inc()
-	p.log.Warn("callback refused", "channel", ch.Name, "provider", ch.Adapter.Provider(), "reason", string(reason))
+	p.refused(p.log, "callback refused", "channel", ch.Name, "provider", ch.Adapter.Provider(), "reason", string(reason))
 	return notify.Reject, string(reason)
 }
 
@@ -212,7 +226,7 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 		if reason != notify.ReasonProbe { // probes are counted by the adapter, apart, and page nobody
 			p.metrics.Anomalies.WithLabelValues(ch.Name, string(reason)).Inc()
 		}
-		p.log.Warn("callback refused", "channel", ch.Name, "provider", provider, "reason", string(reason), "error", err.Error())
+		p.refused(p.log, "callback refused", "channel", ch.Name, "provider", provider, "reason", string(reason), "error", err.Error())
 		return notify.Reject, metrics.OutcomeRejected, string(reason)
 	}
 	n.Channel = ch.Name
@@ -284,7 +298,7 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 		if errors.Is(err, store.ErrInvalidInput) {
 			// An adapter produced a notification no order can take: resending cannot help.
 			p.metrics.Anomalies.WithLabelValues(ch.Name, string(notify.ReasonMalformed)).Inc()
-			logger.Warn("callback refused by the ledger", "reason", string(notify.ReasonMalformed), "error", err.Error())
+			p.refused(logger, "callback refused by the ledger", "reason", string(notify.ReasonMalformed), "error", err.Error())
 			return notify.Reject, metrics.OutcomeRejected, string(notify.ReasonMalformed)
 		}
 		logger.Error("ledger apply failed; answering retry", "error", err.Error())
@@ -318,7 +332,7 @@ func (p *Pipeline) decide(ctx context.Context, ch *Channel, r *http.Request, bod
 		p.release(ctx, ch.Name, claim)
 		reason := string(res.Outcome)
 		p.metrics.Anomalies.WithLabelValues(ch.Name, reason).Inc()
-		logger.Warn("callback refused by the ledger", "reason", reason, "detail", res.Detail,
+		p.refused(logger, "callback refused by the ledger", "reason", reason, "detail", res.Detail,
 			"order_no", n.OutTradeNo, "kind", string(n.Kind), "amount", n.Amount, "currency", n.Currency,
 			"notify_id", n.NotifyID)
 		return notify.Reject, metrics.OutcomeRejected, reason
@@ -419,6 +433,19 @@ func (p *Pipeline) release(ctx context.Context, channel string, claim gate.Claim
 	if _, err := p.claims.Release(ctx, claim); err != nil {
 		p.degraded(channel, err, metrics.DegradedReleaseTimeout, metrics.DegradedReleaseError)
 	}
+}
+
+// refused writes one refusal line within the log budget, with the number of lines dropped
+// since the previous one.
+func (p *Pipeline) refused(logger *slog.Logger, msg string, args ...any) {
+	if !p.refusalLog.Allow() {
+		p.suppressed.Add(1)
+		return
+	}
+	if n := p.suppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed_since_last", n)
+	}
+	logger.Warn(msg, args...)
 }
 
 // degraded counts a Redis failure and logs it at most once a second.

@@ -452,3 +452,23 @@ func TestContentionWaitStaysInsideTheRequestDeadline(t *testing.T) {
 		t.Fatalf("expected a database lookup then retry, got %s with %d lookups", v, ledger.lookups)
 	}
 }
+
+func TestRefusalLogsAreBoundedButCounted(t *testing.T) {
+	r := newRig(t, &fakeLedger{}, nil)
+	const flood = 1000
+	for range flood {
+		r.process("err:bad_signature")
+	}
+	if got := r.counter("anomaly", "bad_signature"); got != flood {
+		t.Fatalf("anomalies during a flood: expected every one counted (%d), got %v", flood, got)
+	}
+	lines := strings.Count(r.logs.String(), "\n")
+	if lines < 1 || lines > refusalLogBurst+10 {
+		t.Fatalf("log lines during a flood of %d refusals: expected between 1 and about %d, got %d", flood, refusalLogBurst, lines)
+	}
+	time.Sleep(100 * time.Millisecond) // the budget refills
+	r.process("err:bad_signature")
+	if !strings.Contains(r.logs.String(), `"suppressed_since_last"`) {
+		t.Fatal("the first line after a flood: expected the number of dropped lines")
+	}
+}
