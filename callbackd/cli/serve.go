@@ -58,6 +58,12 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger.Info("starting", "version", ResolvedVersion(), "channels", len(cfg.Channels), "redis", cfg.Redis != nil)
+	if int64(cfg.Server.MaxInFlight) > int64(cfg.Database.MaxConns) {
+		// Not an error: the pool's wait is bounded by the request deadline. But then a storm
+		// queues on the pool rather than being turned away at the door.
+		logger.Warn("server.maxInFlight exceeds database.maxConns; callbacks beyond the pool size wait for a connection",
+			"maxInFlight", cfg.Server.MaxInFlight, "maxConns", cfg.Database.MaxConns)
+	}
 
 	dsn, err := cfg.Database.ResolveDSN()
 	if err != nil {
