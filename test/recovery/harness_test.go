@@ -84,6 +84,7 @@ func TestMain(m *testing.M) {
 // pointing at a fake provider, the Syncer and a reconciler on a fake clock.
 type env struct {
 	st       *store.Store
+	dsn      string
 	pipe     *pipeline.Pipeline
 	metrics  *metrics.Metrics
 	syncer   *query.Syncer
@@ -114,7 +115,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(st.Close)
-	e.st = st
+	e.st, e.dsn = st, dsn
 
 	if e.wechat, err = keyset.Generate(t.TempDir(), keyset.Spec{Channel: wxChannel, Provider: callbackdv1alpha1.ProviderWeChatPay,
 		Merchant: callbackdv1alpha1.MerchantIdentity{MerchantID: mchID, AppID: appID}}); err != nil {
