@@ -30,7 +30,7 @@ import (
 type options struct {
 	callbackd                       string
 	orders, duplicates, concurrency int
-	replicas                        int
+	replicas, lost                  int
 	shuffle, json                   bool
 	timeout                         time.Duration
 	workDir, reportJSON             string
@@ -368,7 +368,8 @@ func (d *demo) waitReady(ctx context.Context, p *process, base string) error {
 
 // stormChannel registers the channel's orders, tells the fake provider they are paid, storms the
 // channel, and lets the provider resend (on its schedule, compressed) the orders none of whose
-// deliveries was acknowledged, as a real provider would.
+// deliveries was acknowledged, as a real provider would. The notifications of --lost orders are
+// never sent: the merchant's "check payment" (the active query path) must find them paid.
 func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set, fake *fakeprovider.Server) (ChannelReport, error) {
 	cr := ChannelReport{Name: c.name, Label: c.label, Provider: c.provider}
 	trades := storm.NewTrades("DEMO-"+strings.ToUpper(c.name), d.opts.orders, "CNY", time.Now())
@@ -382,6 +383,9 @@ func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set,
 		fake.Put(fakeprovider.Trade{Provider: c.provider, MerchantID: c.merchant.MerchantID, OutTradeNo: t.OrderNo,
 			TransactionID: t.TransactionID, Amount: t.Amount, Currency: t.Currency, PaidAt: t.PaidAt})
 	}
+	// The first --lost orders are paid at the provider, but their notifications never arrive.
+	lost := trades[:min(d.opts.lost, len(trades))]
+	trades = trades[len(lost):]
 	notifier, err := storm.NewNotifier(set)
 	if err != nil {
 		return cr, err
@@ -423,6 +427,19 @@ func (d *demo) stormChannel(ctx context.Context, c channelSpec, set *keyset.Set,
 			return cr, err
 		}
 		cr.Resends = &res.Summary
+	}
+	if len(lost) > 0 {
+		d.step("%s: %d notifications were lost; the merchant presses \"check payment\" (POST /v1/orders/{order_no}/sync) for those orders", c.label, len(lost))
+		cr.Lost = len(lost)
+		for _, t := range lost {
+			res, err := merchant.Sync(ctx, t.OrderNo)
+			if err != nil {
+				return cr, err
+			}
+			if res.Status == "PAID" && res.Action == "paid" {
+				cr.FoundByQuery++
+			}
+		}
 	}
 	return cr, nil
 }

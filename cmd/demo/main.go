@@ -43,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.callbackd, "callbackd", "", "callbackd binary (built from ./cmd/callbackd into the work folder when empty)")
 	fs.IntVar(&opts.replicas, "replicas", 2, "callbackd replicas; the storm reaches them in turn, as through a load balancer")
 	fs.IntVar(&opts.orders, "orders", 200, "orders per channel")
+	fs.IntVar(&opts.lost, "lost", 0, "orders per channel whose notification is never sent; the merchant's \"check payment\" must find them paid")
 	fs.IntVar(&opts.duplicates, "duplicates", 5, "deliveries of each notification in the storm")
 	fs.IntVar(&opts.concurrency, "concurrency", 32, "requests in flight")
 	fs.BoolVar(&opts.shuffle, "shuffle", true, "send the deliveries in random order")
@@ -55,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if opts.orders < 1 || opts.duplicates < 1 || opts.concurrency < 1 || opts.replicas < 1 {
 		fmt.Fprintln(stderr, "demo: --replicas, --orders, --duplicates and --concurrency must be at least 1")
+		return exitFailed
+	}
+	if opts.lost < 0 || opts.lost >= opts.orders {
+		fmt.Fprintln(stderr, "demo: --lost must be at least 0 and below --orders")
 		return exitFailed
 	}
 

@@ -53,6 +53,10 @@ type ChannelReport struct {
 	// storm left unacknowledged (nil when there were none).
 	Storm   storm.Summary  `json:"storm"`
 	Resends *storm.Summary `json:"resends,omitempty"`
+	// Lost is the number of orders whose notification was never sent; FoundByQuery how many of
+	// them the merchant's "check payment" found paid by asking the provider.
+	Lost         int `json:"lost"`
+	FoundByQuery int `json:"found_by_query"`
 	// DuplicatesStopped by gate, from callbackd's /metrics.
 	DuplicatesStopped map[string]int64 `json:"duplicates_stopped"`
 	// Books, straight from PostgreSQL.
@@ -77,6 +81,8 @@ func (b Books) balanced() bool {
 // Totals add the channels up.
 type Totals struct {
 	Sent              int              `json:"notifications_sent"`
+	Lost              int              `json:"lost"`
+	FoundByQuery      int              `json:"found_by_query"`
 	Answers           storm.Answers    `json:"answers"`
 	DuplicatesStopped map[string]int64 `json:"duplicates_stopped"`
 	Books             Books            `json:"books"`
@@ -100,6 +106,8 @@ func (r *Report) finish() {
 		for g, n := range c.DuplicatesStopped {
 			r.Total.DuplicatesStopped[g] += n
 		}
+		r.Total.Lost += c.Lost
+		r.Total.FoundByQuery += c.FoundByQuery
 		b := &r.Total.Books
 		b.OrdersRegistered += c.Books.OrdersRegistered
 		b.OrdersPaid += c.Books.OrdersPaid
@@ -186,6 +194,10 @@ func (r *Report) print(w io.Writer, asJSON bool) error {
 		}
 		return int64(c.Resends.Sent)
 	}, int64(r.Total.Sent-sumStorm(r)))
+	if r.Total.Lost > 0 {
+		perChannel("notifications lost (never sent)", func(c ChannelReport) int64 { return int64(c.Lost) }, int64(r.Total.Lost))
+		perChannel("  found paid by \"check payment\" (provider query)", func(c ChannelReport) int64 { return int64(c.FoundByQuery) }, int64(r.Total.FoundByQuery))
+	}
 	t.add("duplicates stopped at")
 	for _, g := range gates {
 		gate := g.label

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Merchant registers orders through callbackd's merchant API (POST /v1/orders), as the
@@ -92,4 +94,69 @@ func (m *Merchant) register(ctx context.Context, client *http.Client, spec Order
 		return fmt.Errorf("order %s: %d %s", t.OrderNo, resp.StatusCode, strings.TrimSpace(string(answer)))
 	}
 	return nil
+}
+
+// SyncResult is the part of the merchant API's sync answer a simulator needs.
+type SyncResult struct {
+	// Status is the order's status after the sync (PENDING, PAID, CLOSED, …).
+	Status string
+	// Queried tells whether callbackd asked the provider; ProviderState is what it said.
+	Queried       bool
+	ProviderState string
+	// Action is what the sync applied: none, paid or closed.
+	Action string
+}
+
+// Sync presses the merchant's "check payment" button for one order: POST
+// /v1/orders/{order_no}/sync, which makes callbackd ask the provider and apply what it says
+// through the same exactly-once pipeline as a callback. A 503 (provider or database busy, or a
+// callback for the order being applied) is retried a few times after its Retry-After.
+func (m *Merchant) Sync(ctx context.Context, orderNo string) (SyncResult, error) {
+	if _, err := CheckTarget(m.BaseURL); err != nil {
+		return SyncResult{}, err
+	}
+	client := m.Client
+	if client == nil {
+		client = NewClient(16, DefaultTimeout)
+	}
+	url := strings.TrimRight(m.BaseURL, "/") + "/v1/orders/" + neturl.PathEscape(orderNo) + "/sync"
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+		if err != nil {
+			return SyncResult{}, fmt.Errorf("storm: sync order %s: %w", orderNo, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+m.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return SyncResult{}, fmt.Errorf("storm: sync order %s: %w", orderNo, err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if err != nil {
+			return SyncResult{}, fmt.Errorf("storm: sync order %s: %w", orderNo, err)
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable && attempt < 5 {
+			select {
+			case <-ctx.Done():
+				return SyncResult{}, fmt.Errorf("storm: sync order %s: %w", orderNo, ctx.Err())
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		if resp.StatusCode != http.StatusOK {
+			return SyncResult{}, fmt.Errorf("storm: sync order %s: %d %s", orderNo, resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		var view struct {
+			Order struct {
+				Status string `json:"status"`
+			} `json:"order"`
+			Queried       bool   `json:"queried"`
+			ProviderState string `json:"provider_state"`
+			Action        string `json:"action"`
+		}
+		if err := json.Unmarshal(body, &view); err != nil {
+			return SyncResult{}, fmt.Errorf("storm: sync order %s: decode the answer: %w", orderNo, err)
+		}
+		return SyncResult{Status: view.Order.Status, Queried: view.Queried, ProviderState: view.ProviderState, Action: view.Action}, nil
+	}
 }
