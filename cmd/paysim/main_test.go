@@ -17,6 +17,7 @@ import (
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider"
+	"github.com/seed-1cff2221/callback-platform/internal/paysim/fakeprovider"
 	"github.com/seed-1cff2221/callback-platform/internal/paysim/keyset"
 	"github.com/seed-1cff2221/callback-platform/internal/paysim/storm"
 )
@@ -225,5 +226,45 @@ func TestReplayDefaultsToTheProviderSchedule(t *testing.T) {
 	}
 	if _, err := replaySchedule("", callbackdv1alpha1.ProviderStripe); err == nil {
 		t.Error("stripe has no built-in schedule: expected an error asking for --schedule")
+	}
+}
+
+// TestStormDropRecordsPaidOrdersAtTheFakeProvider: with --query-api and --drop, every order is
+// recorded as paid at the fake provider but the dropped ones are never notified, so only the
+// active query path can find them.
+func TestStormDropRecordsPaidOrdersAtTheFakeProvider(t *testing.T) {
+	dir, set := generate(t, callbackdv1alpha1.ProviderWeChatPay, callbackdv1alpha1.MerchantIdentity{MerchantID: "1900000109", AppID: "wx8888888888888888"})
+	target, hits := adapterTarget(t, set, func(notify.Notification) notify.Verdict { return notify.Success })
+	fake, err := fakeprovider.New([]*keyset.Set{set}, fakeprovider.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeSrv := httptest.NewServer(fake)
+	defer fakeSrv.Close()
+
+	out, err := paysim(t, "storm", "--keys", dir, "--target", target.URL, "--orders", "5", "--duplicates", "2",
+		"--concurrency", "2", "--prefix", "DROP", "--query-api", fakeSrv.URL, "--drop", "2", "--json")
+	if err != nil {
+		t.Fatalf("paysim storm --drop: %v\n%s", err, out)
+	}
+	var sum storm.Summary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("expected a JSON summary: %v\n%s", err, out)
+	}
+	if sum.Orders != 3 || sum.Sent != 6 || sum.Answers.Success != 6 || hits.Load() != 6 {
+		t.Fatalf("expected the 3 orders not dropped notified and acknowledged twice each (6), got %d orders, %d sent, %d acknowledged, %d received",
+			sum.Orders, sum.Sent, sum.Answers.Success, hits.Load())
+	}
+	if fake.Len() != 5 {
+		t.Fatalf("expected all 5 orders recorded as paid at the fake provider, got %d", fake.Len())
+	}
+	for _, no := range []string{"DROP-000000", "DROP-000001", "DROP-000004"} {
+		tr, ok := fake.Trade(callbackdv1alpha1.ProviderWeChatPay, "1900000109", no)
+		if !ok || tr.Amount <= 0 || tr.TransactionID == "" {
+			t.Errorf("order %s: expected a paid trade at the fake provider, got %+v (known=%v)", no, tr, ok)
+		}
+	}
+	if _, err := paysim(t, "storm", "--keys", dir, "--target", target.URL, "--orders", "5", "--drop", "2"); err == nil || !strings.Contains(err.Error(), "--query-api") {
+		t.Errorf("--drop without --query-api: expected a refusal naming --query-api, got %v", err)
 	}
 }

@@ -141,6 +141,21 @@ func (s *Server) Put(trades ...Trade) {
 	}
 }
 
+// Trade returns what the provider knows about an order, without counting a query.
+func (s *Server) Trade(provider callbackdv1alpha1.Provider, merchantID, outTradeNo string) (Trade, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.trades[tradeKey{provider, merchantID, outTradeNo}]
+	return t, ok
+}
+
+// Len returns the number of trades the provider knows.
+func (s *Server) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.trades)
+}
+
 // Queries returns how many times the order was queried (found or not).
 func (s *Server) Queries(provider callbackdv1alpha1.Provider, merchantID, outTradeNo string) int {
 	s.mu.Lock()
