@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -160,6 +161,16 @@ func precheck(n notify.Notification) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("store: apply: %w: unknown status %q", ErrInvalidInput, n.Status)
 	}
+	// PostgreSQL text holds neither NUL bytes nor invalid UTF-8: such input would fail on every
+	// retry, so it is refused as invalid instead.
+	for name, v := range map[string]string{"channel": n.Channel, "provider": n.Provider, "merchant_id": n.MerchantID,
+		"sub_merchant_id": n.SubMerchantID, "out_trade_no": n.OutTradeNo, "out_refund_no": n.OutRefundNo,
+		"currency": n.Currency, "provider_txn_id": n.ProviderTxnID, "provider_refund_id": n.ProviderRefundID,
+		"notify_id": n.NotifyID, "body_digest": n.BodyDigest} {
+		if !storableText(v) {
+			return Result{}, fmt.Errorf("store: apply: %w: %s is not valid UTF-8 text", ErrInvalidInput, name)
+		}
+	}
 	if n.OutTradeNo == "" {
 		return Result{Outcome: UnknownOrder, Detail: "notification has no order number"}, nil
 	}
@@ -167,6 +178,11 @@ func precheck(n notify.Notification) (Result, error) {
 		return Result{Outcome: AmountMismatch, Detail: "notified amount is negative"}, nil
 	}
 	return Result{}, nil
+}
+
+// storableText reports whether PostgreSQL can store s in a text column.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 func retryable(err error) bool {

@@ -106,6 +106,10 @@ func TestApplyOutcomes(t *testing.T) {
 			n:      refundOf(base, "txn-1", "rf-1", 30), want: Duplicate, wantStatus: StatusPartiallyRefunded},
 		{name: "refund of an unknown kind", order: base,
 			n: with(paymentOf(base, "txn-1"), func(n *notify.Notification) { n.Kind = "chargeback" }), wantErr: ErrInvalidInput},
+		{name: "NUL byte in a field", order: base,
+			n: with(paymentOf(base, "txn-1"), func(n *notify.Notification) { n.NotifyID = "a\x00b" }), wantErr: ErrInvalidInput},
+		{name: "invalid UTF-8 in a field", order: base,
+			n: with(paymentOf(base, "txn-1"), func(n *notify.Notification) { n.ProviderTxnID = "\xff\xfe" }), wantErr: ErrInvalidInput},
 		{name: "refund without a refund number", order: base, before: []notify.Notification{paymentOf(base, "txn-1")},
 			n: refundOf(base, "txn-1", "", 30), wantErr: ErrInvalidInput},
 	}

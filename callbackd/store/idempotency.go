@@ -30,8 +30,8 @@ type StoredResponse struct {
 // (claimed=false), or ErrIdempotencyKeyInProgress while the first request is still running; a
 // different digest gets ErrIdempotencyKeyReused.
 func (s *Store) ClaimIdempotencyKey(ctx context.Context, key, digest string) (resp StoredResponse, claimed bool, err error) {
-	if key == "" || digest == "" {
-		return StoredResponse{}, false, fmt.Errorf("store: claim idempotency key: %w: empty key or digest", ErrInvalidInput)
+	if key == "" || digest == "" || !storableText(key) || !storableText(digest) {
+		return StoredResponse{}, false, fmt.Errorf("store: claim idempotency key: %w: empty or non-text key or digest", ErrInvalidInput)
 	}
 	err = s.pool.QueryRow(ctx, `
 INSERT INTO api_idempotency_keys (idempotency_key, request_digest) VALUES ($1, $2)
@@ -86,8 +86,8 @@ SELECT request_digest, response_status, response_body FROM api_idempotency_keys 
 // answer at once for a caller that did not claim). The first stored answer wins: remembering
 // again is a no-op. A key first used with another digest is ErrIdempotencyKeyReused.
 func (s *Store) RememberResponse(ctx context.Context, key, digest string, status int, body []byte) error {
-	if key == "" || digest == "" {
-		return fmt.Errorf("store: remember response: %w: empty key or digest", ErrInvalidInput)
+	if key == "" || digest == "" || !storableText(key) || !storableText(digest) {
+		return fmt.Errorf("store: remember response: %w: empty or non-text key or digest", ErrInvalidInput)
 	}
 	if body == nil {
 		body = []byte{}

@@ -105,6 +105,12 @@ func (o NewOrder) validate() error {
 	case !currencyPattern.MatchString(o.Currency):
 		return fmt.Errorf("%w: currency must be an upper-case ISO 4217 code", ErrInvalidInput)
 	}
+	for name, v := range map[string]string{"order_no": o.OrderNo, "channel": o.Channel,
+		"merchant_id": o.MerchantID, "sub_merchant_id": o.SubMerchantID, "submit_token": o.SubmitToken} {
+		if !storableText(v) {
+			return fmt.Errorf("%w: %s is not valid UTF-8 text", ErrInvalidInput, name)
+		}
+	}
 	return nil
 }
 

@@ -73,6 +73,8 @@ func TestCreateOrderRejectsInvalidInput(t *testing.T) {
 		"negative amount":     func(o *NewOrder) { o.Amount = -1 },
 		"lower-case currency": func(o *NewOrder) { o.Currency = "cny" },
 		"long currency":       func(o *NewOrder) { o.Currency = "CNYY" },
+		"NUL in order number": func(o *NewOrder) { o.OrderNo = "o\x001" },
+		"invalid UTF-8":       func(o *NewOrder) { o.MerchantID = "\xff" },
 	} {
 		in := testOrder("o-1")
 		mutate(&in)

@@ -46,8 +46,8 @@ type querier interface {
 }
 
 func consumeSubmitToken(ctx context.Context, q querier, token, orderNo string) error {
-	if orderNo == "" {
-		return fmt.Errorf("consume submit token: %w: order_no is empty", ErrInvalidInput)
+	if orderNo == "" || !storableText(orderNo) {
+		return fmt.Errorf("consume submit token: %w: order_no is empty or not text", ErrInvalidInput)
 	}
 	var consumed, exists bool
 	// The UPDATE takes the row lock: a concurrent consumer waits, re-reads the row and finds
