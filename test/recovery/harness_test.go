@@ -246,13 +246,29 @@ func (e *env) paymentCallback(t *testing.T, channel, orderNo, txn string, amount
 	return n
 }
 
-// refundCallback is WeChat Pay's signed REFUND.SUCCESS notification.
-func (e *env) refundCallback(t *testing.T, orderNo, txn, refundNo string, total, refund int64) paysim.Notification {
+// refundCallback is the provider's signed notification of a successful refund: WeChat Pay's
+// REFUND.SUCCESS, or Alipay's trade notification carrying out_biz_no and refund_fee (with
+// TRADE_CLOSED once the trade is fully refunded).
+func (e *env) refundCallback(t *testing.T, channel, orderNo, txn, refundNo string, total, refund int64, full bool) paysim.Notification {
 	t.Helper()
-	n, err := e.wechatSim.Refund(paysim.WeChatRefund{MchID: mchID, OutTradeNo: orderNo, TransactionID: txn, OutRefundNo: refundNo,
-		RefundID: "50300" + refundNo, RefundStatus: "SUCCESS", SuccessTime: paysim.WeChatTime(time.Now()),
-		UserReceivedAccount: "支付用户零钱",
-		Amount:              paysim.WeChatRefundAmount{Total: total, Refund: refund, PayerTotal: total, PayerRefund: refund}}, paysim.WeChatOptions{})
+	var (
+		n   paysim.Notification
+		err error
+	)
+	if channel == aliChannel {
+		status := paysim.AlipayTradeSuccess
+		if full {
+			status = paysim.AlipayTradeClosed
+		}
+		n, err = e.alipaySim.Trade(paysim.AlipayTrade{OutTradeNo: orderNo, TradeNo: txn, TradeStatus: status,
+			TotalAmount: yuan(total), SellerID: seller, OutBizNo: refundNo, RefundFee: yuan(refund), GmtRefund: time.Now()},
+			paysim.AlipayOptions{})
+	} else {
+		n, err = e.wechatSim.Refund(paysim.WeChatRefund{MchID: mchID, OutTradeNo: orderNo, TransactionID: txn, OutRefundNo: refundNo,
+			RefundID: "50300" + refundNo, RefundStatus: "SUCCESS", SuccessTime: paysim.WeChatTime(time.Now()),
+			UserReceivedAccount: "支付用户零钱",
+			Amount:              paysim.WeChatRefundAmount{Total: total, Refund: refund, PayerTotal: total, PayerRefund: refund}}, paysim.WeChatOptions{})
+	}
 	if err != nil {
 		t.Fatalf("build refund notification: %v", err)
 	}

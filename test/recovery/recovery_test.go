@@ -321,71 +321,80 @@ func TestReconcilerLockAndRate(t *testing.T) {
 	}
 }
 
-// TestPartialRefunds is acceptance 5: refunds of 30 + 30 + 40 of a payment of 100, notified by
-// WeChat Pay (REFUND.SUCCESS), take the order to REFUNDED with three refund ledger entries; a
-// resend of the last one changes nothing; on another order a refund beyond what is left is not
-// applied and is recorded as an exception and counted as an anomaly.
+// TestPartialRefunds is acceptance 5, on each provider: refunds of 30 + 30 + 40 of a payment of
+// 100, notified by the provider (WeChat Pay REFUND.SUCCESS, Alipay refund notifications), take the
+// order to REFUNDED with three refund ledger entries; a fourth notification for the same refund
+// number changes nothing; on another order a refund beyond what is left is not applied, is
+// acknowledged (so the provider stops resending) and is recorded as an exception and counted as
+// an anomaly.
 func TestPartialRefunds(t *testing.T) {
 	e := newEnv(t)
-	ctx := t.Context()
-	orderNo := uniq(t, "REFUND")
-	txn := "4200000100"
-	e.registerOrder(t, wxChannel, orderNo, 100, nil)
-	if v, err := e.deliver(ctx, wxChannel, e.paymentCallback(t, wxChannel, orderNo, txn, 100)); err != nil || v != notify.Success {
-		t.Fatalf("payment: expected success, got %s (%v)", v, err)
-	}
+	for _, channel := range []string{wxChannel, aliChannel} {
+		t.Run(channel, func(t *testing.T) {
+			ctx := t.Context()
+			orderNo := uniq(t, "REFUND")
+			txn := "45" + channel + "0100"
+			e.registerOrder(t, channel, orderNo, 100, nil)
+			if v, err := e.deliver(ctx, channel, e.paymentCallback(t, channel, orderNo, txn, 100)); err != nil || v != notify.Success {
+				t.Fatalf("payment: expected success, got %s (%v)", v, err)
+			}
 
-	steps := []struct {
-		refundNo string
-		amount   int64
-		status   store.OrderStatus
-		refunded int64
-		refunds  int
-		events   int64
-	}{
-		{"RF-1", 30, store.StatusPartiallyRefunded, 30, 1, 2},
-		{"RF-2", 30, store.StatusPartiallyRefunded, 60, 2, 3},
-		{"RF-3", 40, store.StatusRefunded, 100, 3, 4},
-		{"RF-3", 40, store.StatusRefunded, 100, 3, 4}, // the fourth notification, for the same refund number
-	}
-	for i, st := range steps {
-		v, err := e.deliver(ctx, wxChannel, e.refundCallback(t, orderNo, txn, st.refundNo, 100, st.amount))
-		if err != nil || v != notify.Success {
-			t.Fatalf("refund %d (%s): expected success, got %s (%v)", i+1, st.refundNo, v, err)
-		}
-		s := e.state(t, orderNo)
-		if s.status != st.status || s.refunded != st.refunded || s.refunds != st.refunds || s.payments != 1 || s.outboxEvents != st.events || s.exceptions != 0 {
-			t.Errorf("after refund %d (%s %d): expected %s refunded %d with %d refund entries, 1 payment, %d events, no exception; "+
-				"got %s refunded %d with %d refund entries, %d payments, %d events, %d exceptions",
-				i+1, st.refundNo, st.amount, st.status, st.refunded, st.refunds, st.events,
-				s.status, s.refunded, s.refunds, s.payments, s.outboxEvents, s.exceptions)
-		}
-	}
+			steps := []struct {
+				refundNo string
+				amount   int64
+				status   store.OrderStatus
+				refunded int64
+				refunds  int
+				events   int64
+			}{
+				{"RF-1", 30, store.StatusPartiallyRefunded, 30, 1, 2},
+				{"RF-2", 30, store.StatusPartiallyRefunded, 60, 2, 3},
+				{"RF-3", 40, store.StatusRefunded, 100, 3, 4},
+				{"RF-3", 40, store.StatusRefunded, 100, 3, 4}, // the fourth notification, for the same refund number
+			}
+			for i, st := range steps {
+				full := st.status == store.StatusRefunded
+				v, err := e.deliver(ctx, channel, e.refundCallback(t, channel, orderNo, txn, st.refundNo, 100, st.amount, full))
+				if err != nil || v != notify.Success {
+					t.Fatalf("refund %d (%s): expected success, got %s (%v)", i+1, st.refundNo, v, err)
+				}
+				s := e.state(t, orderNo)
+				if s.status != st.status || s.refunded != st.refunded || s.refunds != st.refunds || s.payments != 1 || s.outboxEvents != st.events || s.exceptions != 0 {
+					t.Errorf("after refund %d (%s %d): expected %s refunded %d with %d refund entries, 1 payment, %d events, no exception; "+
+						"got %s refunded %d with %d refund entries, %d payments, %d events, %d exceptions",
+						i+1, st.refundNo, st.amount, st.status, st.refunded, st.refunds, st.events,
+						s.status, s.refunded, s.refunds, s.payments, s.outboxEvents, s.exceptions)
+				}
+			}
 
-	// A refund that would exceed the paid amount.
-	over := uniq(t, "REFUND-OVER")
-	e.registerOrder(t, wxChannel, over, 100, nil)
-	if v, err := e.deliver(ctx, wxChannel, e.paymentCallback(t, wxChannel, over, "4200000101", 100)); err != nil || v != notify.Success {
-		t.Fatalf("payment: expected success, got %s (%v)", v, err)
-	}
-	if v, err := e.deliver(ctx, wxChannel, e.refundCallback(t, over, "4200000101", "RF-A", 100, 60)); err != nil || v != notify.Success {
-		t.Fatalf("refund of 60: expected success, got %s (%v)", v, err)
-	}
-	anomaliesBefore := counter(t, e.metrics.Registry, "callbackd_anomalies_total", map[string]string{"channel": wxChannel, "reason": "payment_exception"})
-	for attempt := range 2 { // the provider resends: still one exception
-		v, err := e.deliver(ctx, wxChannel, e.refundCallback(t, over, "4200000101", "RF-B", 100, 50))
-		if err != nil || v != notify.Success {
-			t.Fatalf("refund of 50 (attempt %d): expected it acknowledged so the provider stops, got %s (%v)", attempt+1, v, err)
-		}
-	}
-	s := e.state(t, over)
-	if s.status != store.StatusPartiallyRefunded || s.refunded != 60 || s.refunds != 1 || s.exceptions != 1 ||
-		s.exceptionKinds[0] != string(store.ExceptionRefundExceedsPaid) {
-		t.Errorf("refund beyond the paid amount: expected PARTIALLY_REFUNDED, refunded 60, 1 refund entry, one %s exception; "+
-			"got %s, refunded %d, %d refund entries, exceptions %v", store.ExceptionRefundExceedsPaid, s.status, s.refunded, s.refunds, s.exceptionKinds)
-	}
-	if got := counter(t, e.metrics.Registry, "callbackd_anomalies_total", map[string]string{"channel": wxChannel, "reason": "payment_exception"}); got != anomaliesBefore+1 {
-		t.Errorf("callbackd_anomalies_total{reason=payment_exception}: expected %v, got %v", anomaliesBefore+1, got)
+			// A refund that would exceed the paid amount.
+			over := uniq(t, "REFUND-OVER")
+			overTxn := "45" + channel + "0101"
+			e.registerOrder(t, channel, over, 100, nil)
+			if v, err := e.deliver(ctx, channel, e.paymentCallback(t, channel, over, overTxn, 100)); err != nil || v != notify.Success {
+				t.Fatalf("payment: expected success, got %s (%v)", v, err)
+			}
+			if v, err := e.deliver(ctx, channel, e.refundCallback(t, channel, over, overTxn, "RF-A", 100, 60, false)); err != nil || v != notify.Success {
+				t.Fatalf("refund of 60: expected success, got %s (%v)", v, err)
+			}
+			labels := map[string]string{"channel": channel, "reason": "payment_exception"}
+			anomaliesBefore := counter(t, e.metrics.Registry, "callbackd_anomalies_total", labels)
+			for attempt := range 2 { // the provider resends: still one exception
+				v, err := e.deliver(ctx, channel, e.refundCallback(t, channel, over, overTxn, "RF-B", 100, 50, false))
+				if err != nil || v != notify.Success {
+					t.Fatalf("refund of 50 (attempt %d): expected it acknowledged so the provider stops, got %s (%v)", attempt+1, v, err)
+				}
+			}
+			s := e.state(t, over)
+			if s.status != store.StatusPartiallyRefunded || s.refunded != 60 || s.refunds != 1 || s.exceptions != 1 ||
+				s.exceptionKinds[0] != string(store.ExceptionRefundExceedsPaid) {
+				t.Errorf("refund beyond the paid amount: expected PARTIALLY_REFUNDED, refunded 60, 1 refund entry, one %s exception; "+
+					"got %s, refunded %d, %d refund entries, exceptions %v", store.ExceptionRefundExceedsPaid, s.status, s.refunded, s.refunds, s.exceptionKinds)
+			}
+			if got := counter(t, e.metrics.Registry, "callbackd_anomalies_total", labels); got != anomaliesBefore+1 {
+				t.Errorf("callbackd_anomalies_total{channel=%s,reason=payment_exception}: expected %v, got %v", channel, anomaliesBefore+1, got)
+			}
+		})
 	}
 }
 
@@ -401,4 +410,39 @@ func fakeTrade(channel, orderNo, txn string, amount int64, state string) fakepro
 		t.State = fakeprovider.StateClosed
 	}
 	return t
+}
+
+// TestSyncRefusesAnAnswerTheOrderCannotTake: the provider reports a payment of another amount
+// than the order's. The pipeline refuses it like such a callback (an anomaly, nothing written),
+// the sync fails permanently, and the reconciler counts it as a permanent error and leaves the
+// order pending for a person to look at.
+func TestSyncRefusesAnAnswerTheOrderCannotTake(t *testing.T) {
+	e := newEnv(t)
+	orderNo := uniq(t, "MISMATCH")
+	e.registerOrder(t, wxChannel, orderNo, 1000, nil)
+	e.pay(wxChannel, orderNo, "4200000999", 999)
+
+	_, err := e.syncer.SyncOrder(t.Context(), orderNo)
+	if !errors.Is(err, query.ErrPermanent) {
+		t.Fatalf("sync of a mismatched payment: expected a permanent failure, got %v", err)
+	}
+	if s := e.state(t, orderNo); s.status != store.StatusPending || s.payments != 0 || s.outboxEvents != 0 {
+		t.Errorf("expected the order untouched (PENDING, no payment, no event), got %s, %d, %d", s.status, s.payments, s.outboxEvents)
+	}
+	if got := counter(t, e.metrics.Registry, "callbackd_anomalies_total", map[string]string{"channel": wxChannel, "reason": string(store.AmountMismatch)}); got != 1 {
+		t.Errorf("callbackd_anomalies_total{reason=amount_mismatch}: expected 1, got %v", got)
+	}
+
+	r, reg := e.newReconciler(t, 1000)
+	e.clock.Advance(11 * time.Minute)
+	reports, err := r.Sweep(t.Context())
+	if err != nil {
+		t.Fatalf("sweep: a refused answer must not fail the sweep, got %v", err)
+	}
+	if reports[0].Results[reconciler.ResultPermanentError] != 1 || reports[0].Stuck != 1 {
+		t.Errorf("wx sweep: expected 1 permanent error and 1 stuck order, got %+v", reports[0])
+	}
+	if got := counter(t, reg, reconciler.MetricQueries, map[string]string{"channel": wxChannel, "result": reconciler.ResultPermanentError}); got != 1 {
+		t.Errorf("%s{result=permanent_error}: expected 1, got %v", reconciler.MetricQueries, got)
+	}
 }
