@@ -10,9 +10,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
@@ -266,5 +269,66 @@ func TestStormDropRecordsPaidOrdersAtTheFakeProvider(t *testing.T) {
 	}
 	if _, err := paysim(t, "storm", "--keys", dir, "--target", target.URL, "--orders", "5", "--drop", "2"); err == nil || !strings.Contains(err.Error(), "--query-api") {
 		t.Errorf("--drop without --query-api: expected a refusal naming --query-api, got %v", err)
+	}
+}
+
+func TestSendCommandDeliversTheSameNotificationAgain(t *testing.T) {
+	dir, set := generate(t, callbackdv1alpha1.ProviderWeChatPay, callbackdv1alpha1.MerchantIdentity{MerchantID: "1900000109", AppID: "wx8888888888888888"})
+	var mu sync.Mutex
+	var ids []string
+	target, hits := adapterTarget(t, set, func(n notify.Notification) notify.Verdict {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, n.NotifyID+"/"+n.OutTradeNo)
+		return notify.Success
+	})
+	out, err := paysim(t, "send", "--keys", dir, "--target", target.URL, "--order", "ORD-9", "--amount", "990", "--times", "2")
+	if err != nil {
+		t.Fatalf("paysim send: %v\n%s", err, out)
+	}
+	if hits.Load() != 2 || strings.Count(out, ": success (HTTP 204)") != 2 {
+		t.Fatalf("expected 2 acknowledged attempts, server saw %d; output:\n%s", hits.Load(), out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 2 || ids[0] != ids[1] || !strings.HasSuffix(ids[0], "/ORD-9") {
+		t.Errorf("expected the same notification (id and order) twice, got %v", ids)
+	}
+}
+
+// TestServeQueryCommand runs the fake query API until its context ends.
+func TestServeQueryCommand(t *testing.T) {
+	dir, _ := generate(t, callbackdv1alpha1.ProviderAlipay, callbackdv1alpha1.MerchantIdentity{MerchantID: "2021000000000001"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	root := newRootCommand(pw, io.Discard)
+	root.SetArgs([]string{"serve-query", "--listen", "127.0.0.1:0", "--keys", dir})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+
+	line := make([]byte, 256)
+	n, err := pr.Read(line)
+	if err != nil {
+		t.Fatalf("read the serve-query banner: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	m := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).Find(line[:n])
+	if m == nil {
+		t.Fatalf("expected the listening address in %q", line[:n])
+	}
+	err = fakeprovider.PutTrades(ctx, string(m), []fakeprovider.Trade{{Provider: callbackdv1alpha1.ProviderAlipay,
+		MerchantID: "2021000000000001", OutTradeNo: "Q1", TransactionID: "T1", Amount: 100, Currency: "CNY"}})
+	if err != nil {
+		t.Fatalf("PutTrades to serve-query: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve-query after its context ended: expected a clean stop, got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve-query did not stop within 10s of its context ending")
 	}
 }
