@@ -135,8 +135,8 @@ func envtestTimeout(name string, def time.Duration) time.Duration {
 // without one and they would outlive a killed test binary. Without setpriv it returns binary
 // itself and the reaper of the next run cleans up instead.
 func (e *Envtest) withParentDeathSignal(binary string) (string, error) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
+	setpriv, ok := lookPath("setpriv")
+	if !ok {
 		return binary, nil
 	}
 	dir := filepath.Join(e.dir, "bin")
@@ -149,6 +149,12 @@ func (e *Envtest) withParentDeathSignal(binary string) (string, error) {
 		return "", fmt.Errorf("testenv: write %s wrapper: %w", filepath.Base(binary), err)
 	}
 	return wrapper, nil
+}
+
+// lookPath finds an executable on PATH.
+func lookPath(name string) (string, bool) {
+	path, err := exec.LookPath(name)
+	return path, err == nil
 }
 
 // shellQuote quotes s for a POSIX shell.

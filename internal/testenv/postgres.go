@@ -282,7 +282,7 @@ func (p *Postgres) waitReady(proc *process) error {
 			return nil
 		}
 		if proc.exited() {
-			return fmt.Errorf("testenv: postgres on %s exited during start-up: %v\n%s", p.Addr(), proc.waitErr, proc.logTail(20))
+			return fmt.Errorf("testenv: postgres on %s exited during start-up: %w\n%s", p.Addr(), proc.exitErr(), proc.logTail(20))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testenv: postgres on %s not ready after %s: %w\n%s", p.Addr(), pgReadyTimeout, err, proc.logTail(20))

@@ -63,6 +63,14 @@ func startProcess(spec procSpec) (*process, error) {
 	return p, nil
 }
 
+// exitErr describes how an exited process ended (never nil, so that it can be wrapped).
+func (p *process) exitErr() error {
+	if p.waitErr != nil {
+		return p.waitErr
+	}
+	return errors.New("exit status 0")
+}
+
 // pid returns the process id.
 func (p *process) pid() int { return p.cmd.Process.Pid }
 

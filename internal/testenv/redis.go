@@ -282,7 +282,7 @@ func waitPing(ctx context.Context, addr string, proc *process) error {
 			return nil
 		}
 		if proc.exited() {
-			return fmt.Errorf("exited during start-up: %v", proc.waitErr)
+			return fmt.Errorf("exited during start-up: %w", proc.exitErr())
 		}
 		select {
 		case <-ctx.Done():
@@ -303,7 +303,7 @@ func waitReplicaLinked(ctx context.Context, addr string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("replication link not up: %w (last INFO error: %v)", ctx.Err(), err)
+			return fmt.Errorf("replication link not up (master_link_status %q): %w", infoField(info, "master_link_status"), errors.Join(ctx.Err(), err))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
