@@ -1,11 +1,14 @@
 // Command demo runs the whole platform on this machine for a few seconds and prints what
-// happened, in words a newcomer understands: it starts a throwaway PostgreSQL and a Redis
+// happened, in words a newcomer understands. It starts a throwaway PostgreSQL and a Redis
 // Sentinel group (1 master, 1 replica, 3 Sentinels) on loopback, migrates the database with
 // `callbackd migrate`, generates test keys, starts `callbackd serve` (two replicas by default)
-// with a WeChat Pay and an Alipay channel, registers orders through the merchant API, and hits each channel with a paysim
-// storm (every notification delivered several times, concurrently, shuffled). Then it reads the
-// books straight from PostgreSQL and the duplicate counters from callbackd's /metrics, prints
-// the report, and stops everything it started — also on Ctrl-C and on error.
+// with a WeChat Pay and an Alipay channel, registers orders through the merchant API, and hits
+// each channel with a paysim storm: every notification delivered several times, concurrently,
+// shuffled, spread over the replicas. A few orders' notifications are "lost" on the way: the
+// merchant's "check payment" (POST /v1/orders/{order_no}/sync) must find them paid by asking the
+// provider, here a fake of its query API on loopback. Then the demo reads the books straight
+// from PostgreSQL and the duplicate counters from callbackd's /metrics, prints the report, and
+// stops everything it started, also on Ctrl-C and on error.
 //
 // The exit status is 0 when the books balance (one ledger entry per paid order, every
 // registered order paid), 1 when they do not, and 2 when the demo could not run.
@@ -25,6 +28,9 @@ import (
 	"time"
 )
 
+// defaultLost is the number of lost notifications per channel of a default run.
+const defaultLost = 10
+
 // Exit codes.
 const (
 	exitBalanced   = 0
@@ -43,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.callbackd, "callbackd", "", "callbackd binary (built from ./cmd/callbackd into the work folder when empty)")
 	fs.IntVar(&opts.replicas, "replicas", 2, "callbackd replicas; the storm reaches them in turn, as through a load balancer")
 	fs.IntVar(&opts.orders, "orders", 200, "orders per channel")
-	fs.IntVar(&opts.lost, "lost", 0, "orders per channel whose notification is never sent; the merchant's \"check payment\" must find them paid")
+	fs.IntVar(&opts.lost, "lost", defaultLost, "orders per channel whose notification is never sent; the merchant's \"check payment\" must find them paid (default: 5% of --orders, at most 10)")
 	fs.IntVar(&opts.duplicates, "duplicates", 5, "deliveries of each notification in the storm")
 	fs.IntVar(&opts.concurrency, "concurrency", 32, "requests in flight")
 	fs.BoolVar(&opts.shuffle, "shuffle", true, "send the deliveries in random order")
@@ -53,6 +59,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.workDir, "work-dir", "", "folder for keys, configuration and logs (a temporary one, removed at the end, when empty)")
 	if err := fs.Parse(args); err != nil {
 		return exitFailed
+	}
+	lostSet := false
+	fs.Visit(func(f *flag.Flag) { lostSet = lostSet || f.Name == "lost" })
+	if !lostSet {
+		opts.lost = min(defaultLost, opts.orders/20)
 	}
 	if opts.orders < 1 || opts.duplicates < 1 || opts.concurrency < 1 || opts.replicas < 1 {
 		fmt.Fprintln(stderr, "demo: --replicas, --orders, --duplicates and --concurrency must be at least 1")

@@ -168,6 +168,10 @@ func (r *Report) print(w io.Writer, asJSON bool) error {
 	fmt.Fprintf(&b, "The provider delivered each payment notification %d times: %d requests at a time%s,\n",
 		r.Duplicates, r.Concurrency, map[bool]string{true: ", in random order", false: ""}[r.Shuffle])
 	fmt.Fprintf(&b, "%s, the way a retry storm looks.\n", replicasText(r.Replicas))
+	if r.Total.Lost > 0 {
+		fmt.Fprintf(&b, "%d of the notifications were lost on the way; the merchant's \"check payment\" must find those\n", r.Total.Lost)
+		fmt.Fprintf(&b, "orders paid by asking the provider.\n")
+	}
 	fmt.Fprintf(&b, "callbackd must book every payment exactly once.\n\n")
 
 	var t table
