@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,9 @@ const (
 	migrationLockProbes = 300
 )
 
+// migrationLockTimeout is the lock_timeout of migration sessions (a variable for tests).
+var migrationLockTimeout = 10 * time.Second
+
 func migrationsFS() fs.FS {
 	sub, err := fs.Sub(embeddedMigrations, "migrations")
 	if err != nil {
@@ -62,6 +66,9 @@ func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (applied []in
 		return nil, fmt.Errorf("store: migrate: %w", dsnError(err))
 	}
 	connCfg.RuntimeParams["application_name"] = "callbackd-migrate"
+	// A schema change waiting for a table lock blocks every query queued behind it; better to
+	// fail the run (its Job retries) than to stall the serving replicas for long.
+	connCfg.RuntimeParams["lock_timeout"] = millis(migrationLockTimeout)
 	db := stdlib.OpenDB(*connCfg)
 	defer func() {
 		if cerr := db.Close(); cerr != nil && err == nil {

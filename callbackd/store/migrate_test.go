@@ -1,13 +1,17 @@
 package store
 
 import (
+	"errors"
+	"log/slog"
 	"slices"
-
-	"github.com/jackc/pgx/v5"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // allVersions is every embedded migration, in order (other packages add theirs from 00010 on).
@@ -188,5 +192,61 @@ func TestPingFailsWhenTheDatabaseIsUnreachable(t *testing.T) {
 	ok := newStore(t)
 	if err := ok.Ping(ctx); err != nil {
 		t.Fatalf("Ping of a running server: %v", err)
+	}
+}
+
+// A migration that cannot get its table lock (a long transaction holds the table) fails after
+// the migration lock timeout instead of queueing every serving query behind it; the versions
+// before it stay applied, and the next run finishes the job.
+func TestMigrateGivesUpOnABusyTableAndResumesLater(t *testing.T) {
+	ctx := testContext(t)
+	dsn := emptyDatabase(t)
+	defer func(d time.Duration) { migrationLockTimeout = d }(migrationLockTimeout)
+	migrationLockTimeout = 300 * time.Millisecond
+
+	// Bring the schema to version 3, just before 4 alters payment_orders.
+	connCfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse DSN: %v", err)
+	}
+	db := stdlib.OpenDB(*connCfg)
+	defer db.Close()
+	p, err := newMigrationProvider(db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("provider: %v", err)
+	}
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatalf("UpTo(3): %v", err)
+	}
+
+	holder, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM payment_orders`); err != nil { // ACCESS SHARE until rollback
+		t.Fatalf("hold payment_orders: %v", err)
+	}
+	applied, err := Migrate(ctx, dsn, nil)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Migrate against a busy table = %v (applied %v), want lock_not_available (55P03)", err, applied)
+	}
+	if len(applied) != 0 {
+		t.Errorf("Migrate applied %v before failing, want nothing (version 4 is the first pending)", applied)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	applied, err = Migrate(ctx, dsn, nil)
+	if err != nil {
+		t.Fatalf("Migrate after the lock was released: %v", err)
+	}
+	if want := allVersions[3:]; !slices.Equal(applied, want) {
+		t.Fatalf("resumed Migrate applied %v, want %v", applied, want)
 	}
 }
