@@ -72,6 +72,12 @@ if [ ${#missing[@]} -gt 0 ]; then
       pkgs+=("$m")
     fi
   done
+  if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+    # The tests start their own throwaway servers: skip the package's default cluster (and
+    # the system service it would start) through postgresql-common's drop-in folder.
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/callback-platform-tests.conf
+  fi
   apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   have_postgres || die "installed ${pkgs[*]} but initdb/postgres are still not found"
   have_redis || die "installed ${pkgs[*]} but redis-server is still not found"
