@@ -131,7 +131,7 @@ func NewPostgres(opts ...PGOption) (*Postgres, error) {
 		cfg:     cfg,
 	}
 	if err := p.setUp(); err != nil {
-		_ = removeInstanceDir(dir)
+		_ = p.Close() // stops a server that started but could not be prepared, removes dir
 		return nil, err
 	}
 	return p, nil
