@@ -284,6 +284,11 @@ func (s *Store) applyOnce(ctx context.Context, n notify.Notification) (res Resul
 SELECT r.provider_txn_id, r.outcome, COALESCE(o.status, '')
 FROM callback_receipts r LEFT JOIN payment_orders o ON o.order_no = $2
 WHERE r.idempotency_key = $1`, receiptKey(n), n.OutTradeNo).Scan(&prevTxn, &prevOutcome, &status); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The conflicting receipt was purged by retention between the insert and this
+				// read: run the transaction again, which then inserts a fresh receipt.
+				return Result{}, errLostRace
+			}
 			return Result{}, fmt.Errorf("read existing receipt: %w", err)
 		}
 		differentPayment := n.Kind == notify.KindPayment && n.Status == notify.StatusSucceeded &&
