@@ -59,17 +59,17 @@ const (
 	DefaultStatsInterval    = 15 * time.Second
 	// DefaultLeaseMargin is added to the longest delivery timeout to make the default lease: an
 	// attempt that hits its timeout still records its result well within its lease.
-	DefaultLeaseMargin  = 30 * time.Second
-	DefaultTimeout      = 10 * time.Second
-	DefaultMaxInFlight  = 8
-	maxLastErrorLength  = 512
-	maxResponseDrain    = 64 << 10
-	recordTimeout       = 10 * time.Second
-	headerWebhookID     = "webhook-id"
-	headerWebhookTime   = "webhook-timestamp"
-	headerWebhookSig    = "webhook-signature"
-	deliveryContentType = "application/json"
-	deliveryUserAgent   = "callbackd-outbox/1"
+	DefaultLeaseMargin    = 30 * time.Second
+	DefaultTimeout        = 10 * time.Second
+	DefaultMaxConcurrency = 8
+	maxLastErrorLength    = 512
+	maxResponseDrain      = 64 << 10
+	recordTimeout         = 10 * time.Second
+	headerWebhookID       = "webhook-id"
+	headerWebhookTime     = "webhook-timestamp"
+	headerWebhookSig      = "webhook-signature"
+	deliveryContentType   = "application/json"
+	deliveryUserAgent     = "callbackd-outbox/1"
 )
 
 // DefaultRetrySchedule is the wait before each retry when a channel configures none.
@@ -93,7 +93,9 @@ type Options struct {
 	// PollInterval is the longest pause between two looks for due work.
 	PollInterval time.Duration
 	// Lease is how long a claim keeps a delivery from other dispatchers. It must exceed every
-	// channel's delivery timeout; by default the longest timeout plus DefaultLeaseMargin.
+	// channel's delivery timeout; by default the longest timeout plus DefaultLeaseMargin. Due
+	// times and leases are written with one replica's clock and compared with another's, so
+	// the replicas' clocks must agree to well within the margin (NTP does).
 	Lease time.Duration
 	// ExpandBatch bounds the events fanned out per transaction.
 	ExpandBatch int
@@ -215,11 +217,34 @@ func NewDispatcher(pool *pgxpool.Pool, channels []config.Channel, opts Options) 
 		return nil, fmt.Errorf("outbox: new dispatcher: lease %s must exceed the longest delivery timeout %s", opts.Lease, longest)
 	}
 	if opts.Secrets == nil {
+		for _, p := range d.plans {
+			if len(p.endpoints) > 0 && secretDirs[p.name] == "" {
+				return nil, fmt.Errorf("outbox: new dispatcher: channel %s: keys.deliverySecretDir is required when delivery.endpoints are set", p.name)
+			}
+		}
 		opts.Secrets = secretDirs
 	}
 	d.secrets = opts.Secrets
+	// A missing or malformed secret is not fatal (a Secret may be mounted or fixed later, and
+	// the other endpoints must not wait for it), but it is said at once rather than at the
+	// first attempt.
+	for _, ep := range d.targets {
+		if _, err := d.secrets.Secret(ep.channel.name, ep.name); err != nil {
+			d.logger.Warn("delivery endpoint has no usable signing secret; its attempts fail until it has one",
+				slog.String("channel", ep.channel.name), slog.String("endpoint", ep.name), slog.String("error", err.Error()))
+		}
+	}
 	if d.client == nil {
+		// Keep as many idle connections per host as deliveries may run to one endpoint, so that a
+		// busy endpoint's connections are reused rather than re-dialled (the default keeps 2).
+		perHost := DefaultMaxConcurrency
+		for _, ep := range d.targets {
+			perHost = max(perHost, ep.maxConc)
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.MaxIdleConnsPerHost = perHost
 		d.client = &http.Client{
+			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
@@ -273,7 +298,7 @@ func planFor(ch config.Channel, threshold int, cooldown time.Duration) (*channel
 		ep := &endpoint{channel: p, name: e.Name, url: e.URL, maxConc: int(e.MaxConcurrency),
 			breaker: newBreaker(threshold, cooldown)}
 		if ep.maxConc == 0 {
-			ep.maxConc = DefaultMaxInFlight
+			ep.maxConc = DefaultMaxConcurrency
 		}
 		if ep.maxConc < 0 {
 			return nil, fmt.Errorf("%s.maxConcurrency must be positive, got %d", field, ep.maxConc)

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -414,5 +415,100 @@ func TestMetricsReportBacklogOldestDueAndDeadLetters(t *testing.T) {
 	check("after dead-lettering", outbox.MetricDeadLetteredTotal, 2, 0)
 	if got := metricValue(t, reg, outbox.MetricAttemptsTotal); got != 4 {
 		t.Errorf("%s = %v, want 4 (2 events × 2 attempts)", outbox.MetricAttemptsTotal, got)
+	}
+}
+
+// TestExpiredLeaseIsTakenOverAndTheLateResultDropped: a claim whose lease has ended belongs to
+// whoever claims the delivery next; the first claimant's late result is not recorded (and is
+// counted), so a slow or partitioned replica can never overwrite the newer attempt's outcome.
+func TestExpiredLeaseIsTakenOverAndTheLateResultDropped(t *testing.T) {
+	db := newTestDB(t)
+	clk := clock.NewFake(t0)
+	key, _ := newSecret(t)
+	arrived := make(chan struct{}, 2)
+	release := make(chan struct{})
+	var taken atomic.Bool
+	s := newSinkWith(t, always(http.StatusNoContent), func(*http.Request) func() {
+		slowOne := taken.CompareAndSwap(false, true) // only the first request (the slow replica's) waits
+		arrived <- struct{}{}
+		if slowOne {
+			<-release
+		}
+		return func() {}
+	})
+	ch := channel("wx", nil, callbackdv1alpha1.DeliveryEndpoint{Name: "crm", URL: s.srv.URL})
+	opts := func(reg *prometheus.Registry) outbox.Options {
+		return outbox.Options{Clock: clk, Secrets: outbox.StaticSecrets{"wx": {"crm": key}},
+			Registerer: reg, Lease: time.Minute}
+	}
+	slowReg, fastReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	slow := newDispatcher(t, db, []config.Channel{ch}, opts(slowReg))
+	fast, err := outbox.NewDispatcher(db.newPool(t), []config.Channel{ch}, opts(fastReg))
+	if err != nil {
+		t.Fatalf("NewDispatcher: %v", err)
+	}
+	eventID := db.payOrder(t, "wx", "order-lease")
+
+	slowDone := make(chan int, 1)
+	go func() { slowDone <- runOnce(t, slow) }()
+	<-arrived // the slow replica's attempt is at the endpoint, unanswered
+	if n := runOnce(t, fast); n != 0 {
+		t.Fatalf("while the lease runs, another replica made %d attempts, want 0", n)
+	}
+	clk.Advance(time.Minute + time.Second)
+	if n := runOnce(t, fast); n != 1 {
+		t.Fatalf("after the lease ended, the other replica made %d attempts, want 1 (the takeover)", n)
+	}
+	close(release)
+	<-slowDone
+
+	d := delivery(t, fast.Queue(), eventID, "crm")
+	if d.Status != outbox.StatusDelivered || d.Attempts != 2 || d.InFlight {
+		t.Errorf("delivery = %s after %d attempts (in flight %v), want DELIVERED after 2, not in flight", d.Status, d.Attempts, d.InFlight)
+	}
+	if got := metricValue(t, slowReg, outbox.MetricLeasesLostTotal); got != 1 {
+		t.Errorf("slow replica %s = %v, want 1", outbox.MetricLeasesLostTotal, got)
+	}
+	if got := metricValue(t, fastReg, outbox.MetricLeasesLostTotal); got != 0 {
+		t.Errorf("fast replica %s = %v, want 0", outbox.MetricLeasesLostTotal, got)
+	}
+}
+
+// TestNewDispatcherRefusesBadSettings: settings that would break delivery are refused at start,
+// naming the field.
+func TestNewDispatcherRefusesBadSettings(t *testing.T) {
+	db := newTestDB(t)
+	ep := func(name, url string) callbackdv1alpha1.DeliveryEndpoint {
+		return callbackdv1alpha1.DeliveryEndpoint{Name: name, URL: url}
+	}
+	ok := ep("crm", "https://crm.example/hooks")
+	cases := []struct {
+		name     string
+		channels []config.Channel
+		opts     outbox.Options
+		want     string
+	}{
+		{"no channels", nil, outbox.Options{}, "no channels"},
+		{"endpoint name not a label", []config.Channel{channel("wx", nil, ep("CRM", "https://x"))}, outbox.Options{}, "endpoints[0].name"},
+		{"endpoint used twice", []config.Channel{channel("wx", nil, ok, ok)}, outbox.Options{}, "endpoints[1].name"},
+		{"relative URL", []config.Channel{channel("wx", nil, ep("crm", "/hooks"))}, outbox.Options{}, "endpoints[0].url"},
+		{"non-HTTP URL", []config.Channel{channel("wx", nil, ep("crm", "ftp://x/y"))}, outbox.Options{}, "endpoints[0].url"},
+		{"non-positive retry interval", []config.Channel{channel("wx", []time.Duration{time.Minute, 0}, ok)}, outbox.Options{}, "retrySchedule[1]"},
+		{"channel twice", []config.Channel{channel("wx", nil, ok), channel("wx", nil, ok)}, outbox.Options{}, "configured twice"},
+		{"lease not above the timeout", []config.Channel{channel("wx", nil, ok)}, outbox.Options{Lease: 2 * time.Second}, "lease"},
+		{"jitter above half", []config.Channel{channel("wx", nil, ok)}, outbox.Options{Jitter: 0.6}, "jitter"},
+		{"endpoints without a secret directory", []config.Channel{channel("wx", nil, ok)}, outbox.Options{}, "keys.deliverySecretDir"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts
+			if tc.want != "keys.deliverySecretDir" {
+				opts.Secrets = outbox.StaticSecrets{}
+			}
+			_, err := outbox.NewDispatcher(db.pool(), tc.channels, opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewDispatcher error = %v, want one mentioning %q", err, tc.want)
+			}
+		})
 	}
 }
