@@ -242,9 +242,25 @@ func (g *RedisGroup) startNode(ctx context.Context, name string, sentinel bool, 
 	return nil, lastErr
 }
 
-// quoteRedis quotes a redis.conf argument.
+// quoteRedis quotes a redis.conf argument the way redis.conf parses it (sdssplitargs): in double
+// quotes, a backslash or a quote is escaped with a backslash and every byte outside printable
+// ASCII is written as \xHH.
 func quoteRedis(s string) string {
-	return strconv.Quote(s)
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // start launches the node from its configuration file and waits until it answers PING.

@@ -175,3 +175,16 @@ func TestDatabaseNameForTestNames(t *testing.T) {
 		seen[got] = true
 	}
 }
+
+func TestQuoteRedis(t *testing.T) {
+	cases := map[string]string{
+		"/tmp/callback-platform-testenv/1-1/redis-0": `"/tmp/callback-platform-testenv/1-1/redis-0"`,
+		`/tmp/with space/and"quote\`:                 `"/tmp/with space/and\"quote\\"`,
+		"/tmp/caf\u00e9\n":                           `"/tmp/caf\xc3\xa9\x0a"`,
+	}
+	for in, want := range cases {
+		if got := quoteRedis(in); got != want {
+			t.Errorf("quoteRedis(%q): expected %s, got %s", in, want, got)
+		}
+	}
+}
