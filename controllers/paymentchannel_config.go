@@ -34,33 +34,33 @@ func buildConfigFile(pc *callbackdv1alpha1.PaymentChannel) config.File {
 		Listen:        listenAddr,
 		MetricsListen: metricsListenAddr,
 		Database: config.Database{
-			DSNFile:  m.database.file(0),
+			DSNFile:  m.database.file(),
 			MaxConns: pc.Spec.Database.MaxConns,
 		},
 		Redis: buildRedisConnection(pc, m),
 	}
 	if m.merchantAPITokens != nil {
-		f.APITokensFile = m.merchantAPITokens.file(0)
+		f.APITokensFile = m.merchantAPITokens.file()
 	}
 	var keys config.KeyFiles
 	if m.wechatAPIv3Key != nil {
-		keys.WeChatAPIv3KeyFile = m.wechatAPIv3Key.file(0)
+		keys.WeChatAPIv3KeyFile = m.wechatAPIv3Key.file()
 	}
 	if m.wechatPublicKeys != nil {
 		keys.WeChatPublicKeyDir = m.wechatPublicKeys.mountPath
 	}
 	if m.wechatMerchantKey != nil {
-		keys.WeChatMerchantKeyFile = m.wechatMerchantKey.file(0)
+		keys.WeChatMerchantKeyFile = m.wechatMerchantKey.file()
 		keys.WeChatMerchantSerial = pc.Spec.Keys.WeChatMerchantSerial
 	}
 	if m.alipayPublicKey != nil {
-		keys.AlipayPublicKeyFile = m.alipayPublicKey.file(0)
+		keys.AlipayPublicKeyFile = m.alipayPublicKey.file()
 	}
 	if m.alipayAppPrivateKey != nil {
-		keys.AlipayAppPrivateKeyFile = m.alipayAppPrivateKey.file(0)
+		keys.AlipayAppPrivateKeyFile = m.alipayAppPrivateKey.file()
 	}
 	for _, w := range m.webhookSecrets {
-		keys.WebhookSecretFiles = append(keys.WebhookSecretFiles, w.file(0))
+		keys.WebhookSecretFiles = append(keys.WebhookSecretFiles, w.file())
 	}
 	if m.deliverySecrets != nil {
 		keys.DeliverySecretDir = m.deliverySecrets.mountPath
@@ -95,7 +95,7 @@ func buildRedisConnection(pc *callbackdv1alpha1.PaymentChannel, m channelMounts)
 			MasterName:    ext.MasterName,
 		}
 		if m.redisPassword != nil {
-			r.PasswordFile = m.redisPassword.file(0)
+			r.PasswordFile = m.redisPassword.file()
 		}
 		return r
 	default:

@@ -467,7 +467,7 @@ func ownsReplicas(d *appsv1.Deployment, manager string) bool {
 		var fields struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 			continue
 		}
 		if _, ok := fields.Spec["f:replicas"]; ok {

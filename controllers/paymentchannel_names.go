@@ -115,8 +115,8 @@ type secretMount struct {
 	items     []corev1.KeyToPath
 }
 
-// file returns the path of the i-th item of the mount.
-func (m secretMount) file(i int) string { return path.Join(m.mountPath, m.items[i].Path) }
+// file returns the path of the mount's (single) item.
+func (m secretMount) file() string { return path.Join(m.mountPath, m.items[0].Path) }
 
 // channelMounts is every Secret a channel's callbackd pods mount, with the config-file paths
 // they provide. One volume per reference, mounted as a directory (never subPath), so the

@@ -134,10 +134,14 @@ func TestRenderedConfigServes(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if t.Failed() {
+				t.Logf("callbackd serve exit: %v", err)
+			}
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			err := <-exited
+			t.Errorf("callbackd serve: expected it to stop within 20s of SIGTERM, had to kill it (%v)", err)
 		}
 		if t.Failed() {
 			t.Logf("callbackd serve log:\n%s", redactSecret(log.Bytes(), secret))

@@ -397,7 +397,3 @@ type PaymentChannelList struct {
 	// Items are the channels.
 	Items []PaymentChannel `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&PaymentChannel{}, &PaymentChannelList{})
-}
