@@ -209,7 +209,12 @@ func buildRedisStatefulSet(pc *callbackdv1alpha1.PaymentChannel) *appsv1ac.State
 					WithTerminationGracePeriodSeconds(30).
 					WithContainers(container).
 					WithVolumes(corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource())))).
-			WithVolumeClaimTemplates(pvc))
+			WithVolumeClaimTemplates(pvc).
+			// The volumes go with the channel (the StatefulSet becomes their owner, and the
+			// channel owns the StatefulSet); a scale-down keeps them for a scale-up.
+			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+				WithWhenDeleted(appsv1.DeletePersistentVolumeClaimRetentionPolicyType).
+				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)))
 }
 
 // buildSentinelStatefulSet is the Sentinel group watching the Redis replication group.
