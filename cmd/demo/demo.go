@@ -111,7 +111,7 @@ func (d *demo) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	fakeURL, fake, err := d.startFakeProvider(sets)
+	fakeURL, fake, err := d.startFakeProvider(ctx, sets)
 	if err != nil {
 		return nil, err
 	}
@@ -248,12 +248,13 @@ func (d *demo) generateKeys() ([]*keyset.Set, error) {
 }
 
 // startFakeProvider serves the fake query API in process on a loopback port.
-func (d *demo) startFakeProvider(sets []*keyset.Set) (string, *fakeprovider.Server, error) {
+func (d *demo) startFakeProvider(ctx context.Context, sets []*keyset.Set) (string, *fakeprovider.Server, error) {
 	fake, err := fakeprovider.New(sets, fakeprovider.Options{})
 	if err != nil {
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, fmt.Errorf("listen for the fake provider: %w", err)
 	}
@@ -316,7 +317,7 @@ func (d *demo) migrate(ctx context.Context, bin string, cfg config.File) error {
 func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File, i int) error {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := freePort(ctx)
 		if err != nil {
 			return err
 		}
@@ -325,7 +326,7 @@ func (d *demo) startCallbackd(ctx context.Context, bin string, cfg config.File, 
 		if err != nil {
 			return err
 		}
-		p, err := startProcess(bin, []string{"serve", "--config", path}, callbackdEnv(), filepath.Join(d.dir, fmt.Sprintf("callbackd-%d-%d.log", i, attempt)))
+		p, err := startProcess(ctx, bin, []string{"serve", "--config", path}, callbackdEnv(), filepath.Join(d.dir, fmt.Sprintf("callbackd-%d-%d.log", i, attempt)))
 		if err != nil {
 			return err
 		}
@@ -486,8 +487,9 @@ func joinInts(vs []int) string {
 	return strings.Join(parts, " ")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free loopback port: %w", err)
 	}
@@ -511,12 +513,15 @@ type process struct {
 	waitErr error
 }
 
-func startProcess(bin string, args, env []string, logPath string) (*process, error) {
+// startProcess starts bin. When ctx ends (Ctrl-C, the demo's timeout) the process gets SIGTERM
+// at once, the start of its graceful drain; stop then waits for it.
+func startProcess(ctx context.Context, bin string, args, env []string, logPath string) (*process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", logPath, err)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()

@@ -171,7 +171,6 @@ type stormFlags struct {
 	targetFlags
 	orders, concurrency int
 	prefix, currency    string
-	amount              int64
 	registerOrders      bool
 	tokenFile           string
 	queryAPI            string
@@ -179,7 +178,7 @@ type stormFlags struct {
 }
 
 func (s *stormFlags) registerFlags(f *pflag.FlagSet) {
-	s.targetFlags.register(f)
+	s.register(f)
 	f.IntVar(&s.orders, "orders", 100, "number of distinct orders")
 	f.IntVar(&s.concurrency, "concurrency", 16, "requests in flight")
 	f.StringVar(&s.prefix, "prefix", "", "order number prefix (random per run when empty)")

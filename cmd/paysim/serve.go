@@ -50,7 +50,8 @@ queries per order. Point a channel's reconciliation.queryBaseURL at it. Runs unt
 			if err != nil {
 				return err
 			}
-			ln, err := net.Listen("tcp", listen)
+			var lc net.ListenConfig
+			ln, err := lc.Listen(cmd.Context(), "tcp", listen)
 			if err != nil {
 				return fmt.Errorf("serve-query: %w", err)
 			}

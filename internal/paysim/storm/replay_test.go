@@ -156,7 +156,7 @@ func TestReplayWeChatPayStatusDecides(t *testing.T) {
 // TestReplayStopsOnCancel: cancelling the context ends a replay in its wait.
 func TestReplayStopsOnCancel(t *testing.T) {
 	set := keySet(t, callbackdv1alpha1.ProviderStandardWebhooks)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
