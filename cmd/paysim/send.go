@@ -29,8 +29,8 @@ type targetFlags struct {
 }
 
 func (t *targetFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&t.keys, "keys", "", "key set folder written by `paysim keys`")
-	f.StringVar(&t.target, "target", "", "callbackd base URL (http://127.0.0.1:8080) or the channel's full notify URL; loopback only")
+	f.StringVar(&t.keys, "keys", "", "key set folder `DIR` written by 'paysim keys'")
+	f.StringVar(&t.target, "target", "", "callbackd base `URL` (http://127.0.0.1:8080) or the channel's full notify URL; loopback only")
 	f.StringVar(&t.channel, "channel", "", "channel name; defaults to the key set's (a different name is sent to that channel's URL)")
 	f.StringVar(&t.provider, "provider", "", "expected provider (wechatpay, alipay, stripe, standardwebhooks); checked against the key set")
 	f.DurationVar(&t.timeout, "timeout", storm.DefaultTimeout, "answer deadline of one delivery (WeChat Pay waits 5s)")
@@ -185,7 +185,7 @@ func (s *stormFlags) registerFlags(f *pflag.FlagSet) {
 	f.StringVar(&s.currency, "currency", "CNY", "ISO 4217 currency of the orders")
 	f.BoolVar(&s.registerOrders, "register-orders", false, "register the orders through callbackd's merchant API first (needs --token-file)")
 	f.StringVar(&s.tokenFile, "token-file", "", "file whose first line is a merchant API bearer token")
-	f.StringVar(&s.queryAPI, "query-api", "", "base URL of a running `paysim serve-query`: the orders are recorded there as paid")
+	f.StringVar(&s.queryAPI, "query-api", "", "`URL` of a running 'paysim serve-query': the orders are recorded there as paid")
 	f.IntVar(&s.drop, "drop", 0, "pay this many of the orders without ever notifying them (needs --query-api), so only the active query path finds them")
 }
 
