@@ -10,7 +10,9 @@
 //	paysim replay --keys keys/wx --target http://127.0.0.1:8080 --schedule 15s,15s,30s,3m --compress 1000
 //	paysim serve-query --listen 127.0.0.1:9000 --keys keys/wx --keys keys/ali
 //
-// It only ever talks to loopback addresses.
+// It only ever talks to loopback addresses. The exit status is 0 on success, 2 when notifications
+// were sent but not acknowledged (a storm order none of whose deliveries was, a replay that gave
+// up, a send that was refused), and 1 when paysim could not run.
 package main
 
 import (

@@ -1,7 +1,9 @@
 // Package storm delivers simulated provider notifications to a callbackd on loopback: one
 // notification, a storm (N orders × D duplicates at concurrency C, optionally shuffled), or a
 // provider's retry schedule replayed with compressed time, resending only when the answer asks
-// for it, exactly as the provider does. Every run ends in a Summary (sent, answers by outcome,
+// for it, exactly as the provider does. Several replicas of a channel can be targeted in turn, as
+// through a load balancer. It also plays the merchant's part around a storm: registering the
+// orders and pressing "check payment" (Merchant). Every run ends in a Summary (sent, answers by outcome,
 // latency percentiles, throughput) that prints for people or encodes as JSON for tests and
 // benchmarks.
 package storm
