@@ -45,7 +45,7 @@ type fixture struct {
 	srv      *httptest.Server
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{}
 	var err error
@@ -89,7 +89,7 @@ func (f *fixture) channels() []config.Channel {
 }
 
 // adapters builds the callback adapters of the channels.
-func adapters(t *testing.T, channels []config.Channel) map[string]notify.Adapter {
+func adapters(t testing.TB, channels []config.Channel) map[string]notify.Adapter {
 	t.Helper()
 	out := map[string]notify.Adapter{}
 	for _, ch := range channels {
@@ -102,7 +102,7 @@ func adapters(t *testing.T, channels []config.Channel) map[string]notify.Adapter
 	return out
 }
 
-func newClients(t *testing.T, channels []config.Channel, opts query.ClientOptions) (map[string]query.Client, map[string]notify.Adapter) {
+func newClients(t testing.TB, channels []config.Channel, opts query.ClientOptions) (map[string]query.Client, map[string]notify.Adapter) {
 	t.Helper()
 	as := adapters(t, channels)
 	clients, err := query.NewClients(t.Context(), channels, func(name string) (notify.Adapter, bool) {

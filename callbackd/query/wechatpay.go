@@ -99,9 +99,9 @@ func (c *WeChatPay) Query(ctx context.Context, order store.Order) (Answer, error
 		return Answer{}, permanent(op, "answer larger than %d bytes", maxAnswerBytes)
 	}
 
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusNotFound:
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
 		// ORDER_NOT_EXIST closes an expired order, so it must be WeChat Pay's own word.
 		var e wechatError
 		_ = json.Unmarshal(body, &e)

@@ -303,7 +303,7 @@ func (e *env) state(t *testing.T, orderNo string) orderState {
 	if err != nil {
 		t.Fatalf("get order %s: %v", orderNo, err)
 	}
-	s := orderState{status: d.Order.Status, refunded: d.Order.RefundedAmount}
+	s := orderState{status: d.Status, refunded: d.RefundedAmount}
 	for _, l := range d.Ledger {
 		switch l.Type {
 		case "payment":
