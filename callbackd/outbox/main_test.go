@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -64,7 +64,7 @@ type testDB struct {
 	store *store.Store
 }
 
-func newTestDB(t *testing.T) *testDB {
+func newTestDB(t testing.TB) *testDB {
 	t.Helper()
 	ctx := testContext(t)
 	dsn := pg.NewDatabase(t, "")
@@ -115,7 +115,7 @@ func (db *testDB) payOrder(t *testing.T, channel, orderNo string) string {
 // seedEvents inserts n outbox events of channel directly, as Apply writes them, in one statement
 // (the volume tests need many events fast; the pipeline itself is store's to test). It returns
 // their event ids.
-func (db *testDB) seedEvents(t *testing.T, channel string, n int) []string {
+func (db *testDB) seedEvents(t testing.TB, channel string, n int) []string {
 	t.Helper()
 	rows, err := db.pool().Query(testContext(t), `
 INSERT INTO outbox_events (event_id, channel, order_no, event_type, payload)
@@ -142,7 +142,7 @@ RETURNING event_id`, channel, n)
 }
 
 // countDeliveries returns how many deliveries have the status.
-func (db *testDB) countDeliveries(t *testing.T, status outbox.Status) int {
+func (db *testDB) countDeliveries(t testing.TB, status outbox.Status) int {
 	t.Helper()
 	var n int
 	if err := db.pool().QueryRow(testContext(t),
@@ -153,7 +153,7 @@ func (db *testDB) countDeliveries(t *testing.T, status outbox.Status) int {
 }
 
 // newSecret returns a random Standard Webhooks secret, raw and as "whsec_<base64>".
-func newSecret(t *testing.T) ([]byte, string) {
+func newSecret(t testing.TB) ([]byte, string) {
 	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -199,12 +199,12 @@ type sink struct {
 	perID    map[string]int
 }
 
-func newSink(t *testing.T, respond func(webhookID string, n int) int) *sink {
+func newSink(t testing.TB, respond func(webhookID string, n int) int) *sink {
 	t.Helper()
 	return newSinkWith(t, respond, nil)
 }
 
-func newSinkWith(t *testing.T, respond func(webhookID string, n int) int, around func(*http.Request) func()) *sink {
+func newSinkWith(t testing.TB, respond func(webhookID string, n int) int, around func(*http.Request) func()) *sink {
 	t.Helper()
 	s := &sink{respond: respond, around: around, perID: map[string]int{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +238,7 @@ func (s *sink) setRespond(f func(webhookID string, n int) int) {
 }
 
 // waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -249,7 +249,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
 	t.Cleanup(cancel)
