@@ -60,8 +60,8 @@ func TestLoadAppliesDefaults(t *testing.T) {
 		{"ttls.gatewayWindow", ch.TTLs.GatewayWindow.Duration, 60 * time.Second},
 		{"ttls.receiptRetention", ch.TTLs.ReceiptRetention.Duration, 720 * time.Hour},
 		{"timestampTolerance", ch.TimestampTolerance.Duration, 5 * time.Minute},
-		{"generic.orderNo", ch.Generic.OrderNo, "data.order_no"},
-		{"generic.paidEvents", strings.Join(ch.Generic.PaidEvents, ","), "payment.succeeded"},
+		// Generic field paths are provider-specific: the adapter fills them, not the loader.
+		{"generic left to the adapter", ch.Generic == nil, true},
 		{"reconciliation.enabled", *ch.Reconciliation.Enabled, true},
 	}
 	for _, c := range checks {

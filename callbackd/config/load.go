@@ -212,24 +212,9 @@ func setChannelDefaults(cs *callbackdv1alpha1.ChannelSettings) {
 			cs.ProviderRetrySchedule = AlipayRetrySchedule()
 		}
 	}
-	if cs.Provider == callbackdv1alpha1.ProviderStripe || cs.Provider == callbackdv1alpha1.ProviderStandardWebhooks {
-		if cs.Generic == nil {
-			cs.Generic = &callbackdv1alpha1.GenericFields{}
-		}
-		g := cs.Generic
-		setString(&g.OrderNo, "data.order_no")
-		setString(&g.Amount, "data.amount")
-		setString(&g.Currency, "data.currency")
-		setString(&g.EventType, "type")
-		setString(&g.TransactionID, "data.id")
-		setString(&g.RefundNo, "data.refund_no")
-		if len(g.PaidEvents) == 0 {
-			g.PaidEvents = []string{"payment.succeeded"}
-		}
-		if len(g.RefundEvents) == 0 {
-			g.RefundEvents = []string{"refund.succeeded"}
-		}
-	}
+	// Generic field paths are deliberately not defaulted here: their defaults depend on the
+	// provider (Stripe's event shapes differ from Standard Webhooks'), and each adapter fills the
+	// fields a channel leaves empty with its own DefaultFields.
 	d := &cs.Delivery
 	if len(d.RetrySchedule) == 0 {
 		d.RetrySchedule = durations(time.Minute, 5*time.Minute, 30*time.Minute, 2*time.Hour, 6*time.Hour)
