@@ -504,6 +504,18 @@ func (r *PaymentChannelReconciler) reconcileAutoscaling(ctx context.Context, st 
 		if err := r.apply(ctx, buildHPA(pc)); err != nil {
 			return ctrl.Result{}, true, err
 		}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(hpa), hpa); err != nil {
+			return ctrl.Result{}, true, fmt.Errorf("get HPA %s: %w", hpa.Name, err)
+		}
+		// The HPA says when it cannot act (no metrics, no scale target); until its controller
+		// has written a status, it is configured and nothing more is known.
+		for _, c := range hpa.Status.Conditions {
+			if (c.Type == autoscalingv2.AbleToScale || c.Type == autoscalingv2.ScalingActive) && c.Status == corev1.ConditionFalse {
+				setCondition(pc, callbackdv1alpha1.ConditionScaling, metav1.ConditionFalse, ReasonHPAInactive,
+					"HorizontalPodAutoscaler %s is %s=False (%s): %s", hpa.Name, c.Type, c.Reason, c.Message)
+				return ctrl.Result{}, false, nil
+			}
+		}
 		setCondition(pc, callbackdv1alpha1.ConditionScaling, metav1.ConditionTrue, ReasonHPAConfigured,
 			"HorizontalPodAutoscaler scales callbackd between %d and %d replicas", pc.Spec.Autoscaling.MinReplicas, pc.Spec.Autoscaling.MaxReplicas)
 	case wantKEDA:

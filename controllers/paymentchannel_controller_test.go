@@ -316,6 +316,22 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
 	hpa.Namespace, hpa.Name = ns, callbackdName(pc)
 	get(t, c, hpa)
+	expectCondition(t, getChannel(t, c, ns, pc.Name), callbackdv1alpha1.ConditionScaling, metav1.ConditionTrue, ReasonHPAConfigured)
+
+	// The HPA controller reports it has no metrics: Scaling follows.
+	now := metav1.Now()
+	hpa.Status.Conditions = []autoscalingv2.HorizontalPodAutoscalerCondition{
+		{Type: autoscalingv2.AbleToScale, Status: corev1.ConditionTrue, Reason: "SucceededGetScale", LastTransitionTime: now},
+		{Type: autoscalingv2.ScalingActive, Status: corev1.ConditionFalse, Reason: "FailedGetResourceMetric", Message: "no metrics returned", LastTransitionTime: now},
+	}
+	if err := c.Status().Update(context.Background(), hpa); err != nil {
+		t.Fatalf("set HPA status: %v", err)
+	}
+	reconcileOnce(t, r, pc)
+	cond := expectCondition(t, getChannel(t, c, ns, pc.Name), callbackdv1alpha1.ConditionScaling, metav1.ConditionFalse, ReasonHPAInactive)
+	if !strings.Contains(cond.Message, "FailedGetResourceMetric") {
+		t.Fatalf("Scaling message: expected the HPA's reason FailedGetResourceMetric, got %q", cond.Message)
+	}
 
 	// The HPA scales to 7 through the scale subresource, as the HPA controller does.
 	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 7}}

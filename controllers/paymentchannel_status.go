@@ -33,6 +33,7 @@ const (
 	ReasonWaitingForMigration = "WaitingForMigration"
 	ReasonAutoscalingOff      = "AutoscalingOff"
 	ReasonHPAConfigured       = "HPAConfigured"
+	ReasonHPAInactive         = "HPAInactive"
 	ReasonKEDAConfigured      = "KEDAConfigured"
 	ReasonKEDAUnavailable     = "KEDAUnavailable"
 	ReasonNotReconciled       = "NotReconciled"
