@@ -172,52 +172,10 @@ func newOutboxRedeliverCommand(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-// deliveryView is a delivery as printed in JSON: stable snake_case names, RFC 3339 times.
-type deliveryView struct {
-	ID             int64      `json:"id"`
-	EventID        string     `json:"event_id"`
-	WebhookID      string     `json:"webhook_id"`
-	Channel        string     `json:"channel"`
-	Endpoint       string     `json:"endpoint"`
-	EventType      string     `json:"event_type"`
-	OrderNo        string     `json:"order_no"`
-	Status         string     `json:"status"`
-	InFlight       bool       `json:"in_flight"`
-	Attempts       int        `json:"attempts"`
-	Redeliveries   int        `json:"redeliveries"`
-	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
-	LastAttemptAt  *time.Time `json:"last_attempt_at,omitempty"`
-	LastHTTPStatus int        `json:"last_http_status,omitempty"`
-	LastError      string     `json:"last_error,omitempty"`
-	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-}
-
-func viewOf(d outbox.Delivery) deliveryView {
-	v := deliveryView{ID: d.ID, EventID: d.EventID, WebhookID: d.WebhookID, Channel: d.Channel,
-		Endpoint: d.Endpoint, EventType: d.EventType, OrderNo: d.OrderNo, Status: string(d.Status),
-		InFlight: d.InFlight, Attempts: d.Attempts, Redeliveries: d.Redeliveries,
-		LastAttemptAt: utc(d.LastAttemptAt), LastHTTPStatus: d.LastHTTPStatus, LastError: d.LastError,
-		DeliveredAt: utc(d.DeliveredAt), CreatedAt: d.CreatedAt.UTC()}
-	if d.Status == outbox.StatusPending {
-		next := d.NextAttemptAt.UTC()
-		v.NextAttemptAt = &next
-	}
-	return v
-}
-
-func utc(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 func printDeliveries(w io.Writer, format string, ds []outbox.Delivery) error {
-	views := make([]deliveryView, len(ds))
+	views := make([]outbox.DeliveryView, len(ds))
 	for i, d := range ds {
-		views[i] = viewOf(d)
+		views[i] = d.View()
 	}
 	if format == "json" {
 		enc := json.NewEncoder(w)
@@ -244,4 +202,13 @@ func printDeliveries(w io.Writer, format string, ds []outbox.Delivery) error {
 			v.Status, v.Attempts, when, lastErr)
 	}
 	return tw.Flush()
+}
+
+// utc returns t in UTC, nil for nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }

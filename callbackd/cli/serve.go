@@ -16,6 +16,7 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/gate"
 	"github.com/seed-1cff2221/callback-platform/callbackd/merchantapi"
 	"github.com/seed-1cff2221/callback-platform/callbackd/metrics"
+	"github.com/seed-1cff2221/callback-platform/callbackd/outbox"
 	"github.com/seed-1cff2221/callback-platform/callbackd/pipeline"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider"
 	"github.com/seed-1cff2221/callback-platform/callbackd/server"
@@ -138,6 +139,8 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		}
 		merchantAPI = merchantapi.WithSync(merchantapi.New(st, tokens, logger.With("component", "merchantapi")),
 			syncer, tokens, logger)
+		merchantAPI = merchantapi.WithOutbox(merchantAPI, outbox.NewQueue(st.Pool(), nil), tokens,
+			logger.With("component", "merchantapi"))
 	} else {
 		logger.Warn("apiTokensFile not set; the merchant API is not served")
 	}

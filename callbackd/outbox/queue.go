@@ -557,3 +557,47 @@ WHERE expanded_at IS NULL AND channel = ANY($1) GROUP BY channel`, channels).Que
 	}
 	return out, nil
 }
+
+// DeliveryView is a delivery as the operator tools print it and the merchant API answers it:
+// stable snake_case JSON names, UTC RFC 3339 times, next_attempt_at only while pending.
+type DeliveryView struct {
+	ID             int64      `json:"id"`
+	EventID        string     `json:"event_id"`
+	WebhookID      string     `json:"webhook_id"`
+	Channel        string     `json:"channel"`
+	Endpoint       string     `json:"endpoint"`
+	EventType      string     `json:"event_type"`
+	OrderNo        string     `json:"order_no"`
+	Status         string     `json:"status"`
+	InFlight       bool       `json:"in_flight"`
+	Attempts       int        `json:"attempts"`
+	Redeliveries   int        `json:"redeliveries"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
+	LastAttemptAt  *time.Time `json:"last_attempt_at,omitempty"`
+	LastHTTPStatus int        `json:"last_http_status,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+	DeliveredAt    *time.Time `json:"delivered_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+}
+
+// View returns the delivery's DeliveryView.
+func (d Delivery) View() DeliveryView {
+	v := DeliveryView{ID: d.ID, EventID: d.EventID, WebhookID: d.WebhookID, Channel: d.Channel,
+		Endpoint: d.Endpoint, EventType: d.EventType, OrderNo: d.OrderNo, Status: string(d.Status),
+		InFlight: d.InFlight, Attempts: d.Attempts, Redeliveries: d.Redeliveries,
+		LastAttemptAt: utcPtr(d.LastAttemptAt), LastHTTPStatus: d.LastHTTPStatus, LastError: d.LastError,
+		DeliveredAt: utcPtr(d.DeliveredAt), CreatedAt: d.CreatedAt.UTC()}
+	if d.Status == StatusPending {
+		next := d.NextAttemptAt.UTC()
+		v.NextAttemptAt = &next
+	}
+	return v
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
