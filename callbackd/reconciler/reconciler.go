@@ -37,6 +37,7 @@ import (
 
 	"github.com/seed-1cff2221/callback-platform/callbackd/clock"
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
+	"github.com/seed-1cff2221/callback-platform/callbackd/metrics"
 	"github.com/seed-1cff2221/callback-platform/callbackd/query"
 )
 
@@ -246,7 +247,7 @@ type Report struct {
 	Candidates int
 	// Results counts the queries by result label.
 	Results map[string]int
-	// Paid and Closed count the orders the sweep settled.
+	// Paid and Closed count the orders this sweep's queries settled (applied, not found done).
 	Paid, Closed int
 	// Stuck is the number of overdue orders still PENDING after the sweep.
 	Stuck int64
@@ -329,6 +330,8 @@ func (r *Reconciler) sweepChannel(ctx context.Context, c *channel) (rep Report, 
 		case err != nil:
 			r.logger.WarnContext(ctx, "reconciler query failed; asking again at the next sweep",
 				"channel", c.name, "order_no", orderNo, "error", err.Error())
+		case res.Outcome != metrics.OutcomeApplied:
+			// Nothing to apply, or applied by someone else first (a callback, another sync).
 		case res.Action == query.ActionPaid:
 			rep.Paid++
 		case res.Action == query.ActionClosed:

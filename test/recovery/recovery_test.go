@@ -446,3 +446,66 @@ func TestSyncRefusesAnAnswerTheOrderCannotTake(t *testing.T) {
 		t.Errorf("%s{result=permanent_error}: expected 1, got %v", reconciler.MetricQueries, got)
 	}
 }
+
+// TestConcurrentReplicasDoNotDuplicateASweep: two replicas' reconcilers sweep the same overdue
+// orders at the same moment; the channel's advisory lock lets one sweep at a time, so the
+// provider is asked about each order exactly once and each is paid once.
+func TestConcurrentReplicasDoNotDuplicateASweep(t *testing.T) {
+	e := newEnv(t)
+	var orders []string
+	for i := range 12 {
+		no := uniq(t, fmt.Sprintf("REPLICA-%02d", i))
+		e.registerOrder(t, wxChannel, no, 300, nil)
+		e.pay(wxChannel, no, fmt.Sprintf("46wx%06d", i), 300)
+		orders = append(orders, no)
+	}
+	e.clock.Advance(11 * time.Minute)
+	// Slow enough (20 queries per second) that the two sweeps overlap.
+	first, _ := e.newReconciler(t, 20)
+	second, _ := e.newReconciler(t, 20)
+
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		reps  [2][]reconciler.Report
+		errs  [2]error
+	)
+	for i, r := range []*reconciler.Reconciler{first, second} {
+		wg.Go(func() {
+			<-start
+			reps[i], errs[i] = r.Sweep(t.Context())
+		})
+	}
+	close(start)
+	wg.Wait()
+	paid, swept := 0, 0
+	for i := range reps {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: sweep: %v", i+1, errs[i])
+		}
+		for _, rep := range reps[i] {
+			if rep.Channel == wxChannel {
+				paid += rep.Paid
+				if !rep.Skipped && rep.Candidates > 0 {
+					swept++
+				}
+			}
+		}
+	}
+	// One replica swept the orders; the other found the lock held (skipped) or, had it come
+	// after the first was done, nothing left to do.
+	if swept != 1 {
+		t.Errorf("expected exactly one replica to sweep the overdue orders, got %d (reports %+v / %+v)", swept, reps[0], reps[1])
+	}
+	if paid != len(orders) {
+		t.Errorf("expected the replicas to pay %d orders between them, got %d (reports %+v / %+v)", len(orders), paid, reps[0], reps[1])
+	}
+	for _, no := range orders {
+		if q := e.fake.Queries(providerOf(wxChannel), mchID, no); q != 1 {
+			t.Errorf("%s: expected exactly one provider query, got %d", no, q)
+		}
+		if s := e.state(t, no); s.status != store.StatusPaid || s.payments != 1 || s.outboxEvents != 1 {
+			t.Errorf("%s: expected PAID with 1 payment and 1 event, got %s, %d, %d", no, s.status, s.payments, s.outboxEvents)
+		}
+	}
+}
