@@ -114,8 +114,13 @@ demo: deps ## Run the platform locally (PostgreSQL, Redis Sentinel, callbackd, a
 ##@ Packaging
 
 .PHONY: chart
-chart: ## Package the Helm chart — not built yet.
-	@echo "make chart: not built yet (issue 7: Helm chart)" >&2; exit 1
+chart: helm chart-crds ## Lint and package the Helm chart into ./dist.
+	$(HELM) lint --strict charts/callback-platform
+	$(HELM) package charts/callback-platform --destination dist
+
+.PHONY: chart-crds
+chart-crds: ## Copy the generated CRDs and manager role into the chart (test/chart fails on drift).
+	hack/sync-chart-crds.sh
 
 ##@ Tools (installed into ./bin at pinned versions)
 
