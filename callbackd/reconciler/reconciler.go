@@ -247,7 +247,7 @@ type Report struct {
 	Candidates int
 	// Results counts the queries by result label.
 	Results map[string]int
-	// Paid and Closed count the orders this sweep's queries settled (applied, not found done).
+	// Paid and Closed count the orders whose payment or close this sweep applied itself.
 	Paid, Closed int
 	// Stuck is the number of overdue orders still PENDING after the sweep.
 	Stuck int64
