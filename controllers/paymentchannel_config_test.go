@@ -69,8 +69,8 @@ func TestRenderedConfigShape(t *testing.T) {
 			if len(got) != 2 || got[0] != "/etc/callbackd/secrets/webhook-secret-0/secret" || got[1] != "/etc/callbackd/secrets/webhook-secret-1/secret" {
 				t.Fatalf("keys.webhookSecretFiles: expected both mounted secrets, got %v", got)
 			}
-			if f.Channels[0].Generic == nil || f.Channels[0].Generic.OrderNo == "" {
-				t.Fatalf("generic: expected callbackd's defaults rendered, got %+v", f.Channels[0].Generic)
+			if f.Channels[0].Generic != nil {
+				t.Fatalf("generic: expected none rendered (each adapter has its own paths), got %+v", f.Channels[0].Generic)
 			}
 		}},
 	}

@@ -194,3 +194,22 @@ func TestCRDDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestCRDLeavesGenericPathsToTheAdapter: a stripe channel that sets one generic path gets no
+// Standard Webhooks paths filled in by the API server (they would acknowledge Stripe payments
+// without booking them); the adapter applies its own.
+func TestCRDLeavesGenericPathsToTheAdapter(t *testing.T) {
+	c := kube(t)
+	ns := newNamespace(t, c)
+	pc := newChannel(ns, "stripe")
+	pc.Spec.Provider = callbackdv1alpha1.ProviderStripe
+	pc.Spec.Keys = callbackdv1alpha1.ChannelKeys{WebhookSecrets: []callbackdv1alpha1.SecretKeyRef{{Name: "stripe", Key: "whsec"}}}
+	pc.Spec.Generic = &callbackdv1alpha1.GenericFields{Account: "account"}
+	if err := c.Create(context.Background(), pc); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	got := getChannel(t, c, ns, "stripe").Spec.Generic
+	if got == nil || got.Account != "account" || got.OrderNo != "" || got.EventType != "" || len(got.PaidEvents) != 0 {
+		t.Fatalf("spec.generic: expected only account set, got %+v", got)
+	}
+}

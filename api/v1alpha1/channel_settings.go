@@ -65,30 +65,27 @@ type TTLs struct {
 }
 
 // GenericFields tells the generic adapters (stripe, standardwebhooks) where the business fields
-// live in the JSON body, as dot-separated paths (e.g. "data.object.metadata.order_no").
+// live in the JSON body, as dot-separated paths (e.g. "data.object.metadata.order_no"). An empty
+// field takes its adapter's own default: Stripe's and Standard Webhooks' paths differ, so the
+// CRD defaults none of them (a Standard Webhooks path on a stripe channel would acknowledge
+// payments without booking them).
 type GenericFields struct {
 	// OrderNo is the path of the merchant order number.
-	// +kubebuilder:default="data.order_no"
 	// +optional
 	OrderNo string `json:"orderNo,omitempty"`
 	// Amount is the path of the amount in minor units (an integer).
-	// +kubebuilder:default="data.amount"
 	// +optional
 	Amount string `json:"amount,omitempty"`
 	// Currency is the path of the ISO 4217 currency code.
-	// +kubebuilder:default="data.currency"
 	// +optional
 	Currency string `json:"currency,omitempty"`
 	// EventType is the path of the event type.
-	// +kubebuilder:default="type"
 	// +optional
 	EventType string `json:"eventType,omitempty"`
 	// TransactionID is the path of the provider's transaction id.
-	// +kubebuilder:default="data.id"
 	// +optional
 	TransactionID string `json:"transactionID,omitempty"`
 	// RefundNo is the path of the merchant refund number, for refund events.
-	// +kubebuilder:default="data.refund_no"
 	// +optional
 	RefundNo string `json:"refundNo,omitempty"`
 	// Account is the path of the merchant account the body carries (e.g. "account"). When set,
@@ -96,11 +93,9 @@ type GenericFields struct {
 	// +optional
 	Account string `json:"account,omitempty"`
 	// PaidEvents are the event types that mean "payment succeeded".
-	// +kubebuilder:default={"payment.succeeded"}
 	// +optional
 	PaidEvents []string `json:"paidEvents,omitempty"`
 	// RefundEvents are the event types that mean "refund succeeded".
-	// +kubebuilder:default={"refund.succeeded"}
 	// +optional
 	RefundEvents []string `json:"refundEvents,omitempty"`
 	// ClosedEvents are the event types that mean "order closed unpaid".
