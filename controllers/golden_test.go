@@ -91,7 +91,7 @@ func builderChannel() *callbackdv1alpha1.PaymentChannel {
 			},
 			Autoscaling: callbackdv1alpha1.AutoscalingSpec{
 				Mode: callbackdv1alpha1.AutoscalingHPA, MinReplicas: 2, MaxReplicas: 10, TargetCPUUtilization: 70,
-				PodMetric: &callbackdv1alpha1.PodMetricTarget{Name: "callbackd_inflight_callbacks", TargetAverageValue: resource.MustParse("50")},
+				PodMetric: &callbackdv1alpha1.PodMetricTarget{Name: "callbackd_inflight", TargetAverageValue: resource.MustParse("50")},
 				KEDA:      &callbackdv1alpha1.KEDASpec{PrometheusServerAddress: "http://prometheus.monitoring:9090", PollingInterval: 15},
 			},
 			Redis: callbackdv1alpha1.RedisSpec{

@@ -245,12 +245,6 @@ func setInt32(v *int32, def int32) {
 	}
 }
 
-func setString(s *string, def string) {
-	if *s == "" {
-		*s = def
-	}
-}
-
 // ResolveDSN returns the PostgreSQL connection string: CALLBACKD_DATABASE_DSN (already applied by
 // ApplyEnv), else the content of dsnFile, else dsn. Errors never quote the DSN.
 func (d Database) ResolveDSN() (string, error) {

@@ -163,7 +163,7 @@ func validateOrderNo(s string) error {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(isAlnum(c) || c == '_' || c == '-' || c == '|' || c == '*') {
+		if !isAlnum(c) && c != '_' && c != '-' && c != '|' && c != '*' {
 			return badInput("order_no may only hold letters, digits and _ - | *")
 		}
 	}

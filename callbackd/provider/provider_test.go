@@ -17,7 +17,6 @@ import (
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
 	"github.com/seed-1cff2221/callback-platform/callbackd/keys/keystest"
-	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/standardwebhooks"
 )
@@ -139,7 +138,9 @@ func TestMetricsAreSharedBetweenChannels(t *testing.T) {
 		if err != nil {
 			t.Fatalf("provider.New(%s): expected success with shared metrics, got %v", name, err)
 		}
-		var _ notify.Adapter = a
+		if got := a.Provider(); got != string(callbackdv1alpha1.ProviderStandardWebhooks) {
+			t.Fatalf("provider.New(%s): expected a standardwebhooks adapter, got %q", name, got)
+		}
 	}
 }
 

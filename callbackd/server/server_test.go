@@ -322,7 +322,12 @@ func TestSeparateOpsListener(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx, ln, opsLn) }()
-	defer func() { stop(); <-served }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: expected a clean stop, got %v", err)
+		}
+	}()
 
 	status := func(addr, path string) int {
 		resp, err := getURL(http.DefaultClient, "http://"+addr+path)

@@ -348,7 +348,7 @@ WHERE order_no = $1 AND entry_type = 'refund' AND refund_no = $2)`, n.OutTradeNo
 	switch d.outcome {
 	case Applied:
 		res = Result{Outcome: Applied, OrderStatus: string(d.newStatus), EventID: EventID(key), Detail: d.detail}
-		writes = append(writes, s.transitionStatement(n, d))
+		writes = append(writes, s.transitionStatement(n))
 		if n.Kind != notify.KindClose { // a close moves no money: no ledger entry
 			writes = append(writes, ledgerStatement(n, o))
 		}
@@ -540,7 +540,7 @@ func execPipeline(ctx context.Context, tx pgx.Tx, stmts []statement) (pgconn.Com
 // transitionStatement is the status-guarded update of an Applied decision. The caller checks
 // that it affected exactly one row: a guard that matches nothing means the order changed under
 // us, and the whole transaction is retried and decided again.
-func (s *Store) transitionStatement(n notify.Notification, d decision) statement {
+func (s *Store) transitionStatement(n notify.Notification) statement {
 	var occurred *time.Time
 	if !n.OccurredAt.IsZero() {
 		t := n.OccurredAt.UTC()

@@ -226,7 +226,7 @@ func (s *stack) tryStart(t testing.TB, name string, attempt int) (*instance, err
 	for time.Now().Before(deadline) {
 		select {
 		case <-inst.exited:
-			return nil, fmt.Errorf("callbackd exited before ready (%v); log:\n%s", inst.waitErr, s.redact(tail(inst.log(t), 20)))
+			return nil, fmt.Errorf("callbackd exited before ready (%w); log:\n%s", inst.waitErr, s.redact(tail(inst.log(t), 20)))
 		default:
 		}
 		if code, err := s.get(inst, "/readyz"); err == nil && code == http.StatusOK {

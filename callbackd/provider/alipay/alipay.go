@@ -83,7 +83,7 @@ func LoadKeys(publicKeyFile string) (*Keys, error) {
 
 // ParsePublicKey decodes a PEM or bare base64 RSA public key.
 func ParsePublicKey(raw []byte) (*rsa.PublicKey, error) {
-	der := raw
+	var der []byte
 	pkcs1 := false
 	if block, _ := pem.Decode(raw); block != nil {
 		der, pkcs1 = block.Bytes, block.Type == "RSA PUBLIC KEY"
