@@ -12,6 +12,8 @@ BIN          := $(CURDIR)/bin
 GO           ?= go
 GOTEST_FLAGS ?= -count=1 -timeout 30m
 FUZZTIME     ?= 10s
+# Platforms of each image built by `make images` (one index per image).
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS      := -s -w -X github.com/seed-1cff2221/callback-platform/callbackd/cli.Version=$(VERSION)
 
@@ -117,6 +119,10 @@ demo: deps ## Run the platform locally (PostgreSQL, Redis Sentinel, callbackd, a
 chart: helm chart-crds ## Lint and package the Helm chart into ./dist.
 	$(HELM) lint --strict charts/callback-platform
 	$(HELM) package charts/callback-platform --destination dist
+
+.PHONY: images
+images: ## Build the callbackd and operator OCI image tarballs into dist/images (no container engine; IMAGE_PLATFORMS=linux/amd64 for one platform).
+	$(GO) run ./hack/imagebuild --out dist/images --platforms $(IMAGE_PLATFORMS)
 
 .PHONY: chart-crds
 chart-crds: ## Copy the generated CRDs and manager role into the chart (test/chart fails on drift).
