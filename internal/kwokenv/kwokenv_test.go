@@ -129,7 +129,13 @@ func TestFolderFollowsTestenvConvention(t *testing.T) {
 	// session like kwokctl's components.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", "exec sleep 300", "component", "--data-dir="+filepath.Join(dir, "etcd"))
+	// The shell blocks in its read builtin (no child process) until killed.
+	cmd := exec.CommandContext(ctx, "sh", "-c", "read -r line", "component", "--data-dir="+filepath.Join(dir, "etcd"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
