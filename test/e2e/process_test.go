@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ func startLocal(t testing.TB, name, bin string, args, env []string, logPath stri
 	// The process's life is managed by stop, not by a context.
 	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Env = env
+	cmd.Dir = filepath.Dir(logPath) // never the repository
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {

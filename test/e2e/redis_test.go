@@ -90,6 +90,14 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 
 	cm := &corev1.ConfigMap{}
 	started := time.Now()
+	var procs []*localProcess
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			if err := procs[i].stop(10 * time.Second); err != nil {
+				t.Errorf("stop %s: %v", procs[i].name, err)
+			}
+		}
+	}()
 	for _, p := range pods {
 		c := p.sts.Spec.Template.Spec.Containers[0]
 		// The mounts: the ConfigMap projected into /config, the rest empty folders.
@@ -145,6 +153,7 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		}
 		logPath := filepath.Join(p.dir, "out.log")
 		proc := startLocal(e.t, p.name, resolveCommand(t, cmdline[0]), cmdline[1:], env, logPath, func(s string) string { return s })
+		procs = append(procs, proc)
 
 		// OrderedReady: the next pod starts once this one's readiness probe passes.
 		probe := c.ReadinessProbe
