@@ -207,6 +207,7 @@ func NewRedisClient(r config.Redis) (redis.UniversalClient, error) {
 			PoolTimeout:           timeout,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
+			Dialer:                faultInjectDialer,
 		}), nil
 	}
 	return redis.NewClient(&redis.Options{
@@ -220,5 +221,6 @@ func NewRedisClient(r config.Redis) (redis.UniversalClient, error) {
 		PoolTimeout:           timeout,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
+		Dialer:                faultInjectDialer,
 	}), nil
 }

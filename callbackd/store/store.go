@@ -124,6 +124,9 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	params["statement_timeout"] = millis(o.StatementTimeout)
 	params["idle_in_transaction_session_timeout"] = millis(o.IdleInTxTimeout)
 	params["synchronous_commit"] = "on"
+	if faultInjectAsyncCommit {
+		params["synchronous_commit"] = "off" // faultinject builds only: a negative control
+	}
 	if params["application_name"] == "" {
 		params["application_name"] = "callbackd"
 	}
@@ -131,7 +134,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	return &Store{pool: pool, logger: o.Logger}, nil
+	return &Store{pool: pool, logger: o.Logger, hooks: faultInjectHooks}, nil
 }
 
 // dsnError strips the connection string from a parse error (pgx redacts passwords only on a best
