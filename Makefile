@@ -79,7 +79,7 @@ test: deps k8s-binaries ## Run every test against real PostgreSQL, Redis Sentine
 	export KUBEBUILDER_ASSETS="$$(hack/k8s-binaries.sh envtest | tail -n1)"; \
 	  $(GO) vet ./... && \
 	  $(GO) test $(GOTEST_FLAGS) -v ./test/smoke/ && \
-	  $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/test/smoke$$' -e '/test/e2e$$')
+	  $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/test/smoke$$' -e '/test/e2e$$' -e '/test/faults')
 	$(MAKE) --no-print-directory fuzz
 	hack/check-leftovers.sh
 
@@ -102,8 +102,9 @@ e2e: deps helm ## The whole platform on a local kwok cluster: helm install, the 
 	hack/check-leftovers.sh
 
 .PHONY: test-faults
-test-faults: ## Fault-injection suite — not built yet.
-	@echo "make test-faults: not built yet (issue 9: faults and hostile input)" >&2; exit 1
+test-faults: deps ## Fault-injection suite: Redis failover and split brain, crashes, hostile input; checker and negative controls (minutes).
+	$(GO) test -v -count=1 -timeout 40m ./test/faults/...
+	hack/check-leftovers.sh
 
 .PHONY: bench
 bench: ## Benchmarks against the physical limits — not built yet.
