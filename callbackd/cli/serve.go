@@ -137,8 +137,14 @@ func Serve(ctx context.Context, cfg *config.File, logger *slog.Logger, onListen 
 		if err != nil {
 			return err
 		}
-		merchantAPI = merchantapi.WithSync(merchantapi.New(st, tokens, logger.With("component", "merchantapi")),
-			syncer, tokens, logger)
+		served := make([]string, 0, len(cfg.Channels))
+		for _, ch := range cfg.Channels {
+			served = append(served, ch.Name)
+		}
+		// Orders can only be registered for channels this process serves: a misspelt channel is a 400
+		// at registration, not an order that no notification can ever match.
+		merchantAPI = merchantapi.WithSync(merchantapi.New(st, tokens, logger.With("component", "merchantapi"),
+			merchantapi.WithChannels(served...)), syncer, tokens, logger)
 		merchantAPI = merchantapi.WithOutbox(merchantAPI, outbox.NewQueue(st.Pool(), nil), tokens,
 			logger.With("component", "merchantapi"))
 	} else {
