@@ -83,7 +83,8 @@ type Design struct {
 }
 
 // Designs returns the three designs on pool and rdb, each verifying requests with verify. Call
-// each design's Setup before serving it.
+// each design's Setup before serving it. verify may be nil for designs used only to Setup, Reset,
+// Preload and count; their handlers then answer every request with a 500.
 func Designs(pool *pgxpool.Pool, rdb redis.UniversalClient, verify VerifyFunc) []Design {
 	cta := &store{pool: pool, schema: "field_cta"}
 	uniq := &store{pool: pool, schema: "field_unique", receipts: true}
@@ -125,6 +126,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(body) > MaxBody {
 		fail(w, http.StatusRequestEntityTooLarge, "body too large")
+		return
+	}
+	if h.verify == nil {
+		// Designs built only to Setup, Reset or count (the benchmark runner does) serve nothing.
+		fail(w, http.StatusInternalServerError, "no verifier configured")
 		return
 	}
 	orderNo, txnID, amount, err := h.verify(r, body)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +31,12 @@ func TestDesignNames(t *testing.T) {
 		}
 		if d.Setup == nil || d.Handler == nil || d.DoubleEffects == nil || d.Reset == nil || d.Preload == nil {
 			t.Errorf("design %s: expected every function and the handler set, got a nil one", d.Name)
+		}
+		// Without a verifier nothing is believed: the provider is told to resend.
+		w := httptest.NewRecorder()
+		d.Handler.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/notify/"+channel, strings.NewReader("{}")))
+		if w.Code != http.StatusInternalServerError {
+			t.Errorf("design %s without a verifier: expected 500, got %d", d.Name, w.Code)
 		}
 	}
 }
