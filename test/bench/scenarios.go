@@ -1,0 +1,398 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"time"
+
+	"github.com/seed-1cff2221/callback-platform/test/bench/field"
+)
+
+func jsonMarshal(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("bench: encode report: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// limits measures (a) to (d).
+func (r *runner) limits(ctx context.Context, rep *Report) error {
+	r.step("limit (a): registering %d orders for pgbench", r.sz.pgbenchOrders)
+	if _, err := r.pool.Exec(ctx, fmt.Sprintf(pgbenchSetupSQL, r.sz.pgbenchOrders)); err != nil {
+		return fmt.Errorf("bench: pgbench setup: %w", err)
+	}
+	r.step("limit (a): pgbench, callbackd's unique-callback transaction, %d clients, %d s", dbConcurrency, r.sz.pgbenchSecs)
+	a, err := runPgbench(ctx, r.dsn, r.dir, "unique", pgbenchUniqueScript, dbConcurrency, r.sz.pgbenchSecs)
+	if err != nil {
+		return err
+	}
+	rep.Limits.UniqueTx = a
+	r.step("limit (a): %.0f transactions/s", a.TPS)
+	var maxn int64
+	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM callback_receipts WHERE order_no LIKE 'PGB-%'`).Scan(&maxn); err != nil || maxn < 1 {
+		return fmt.Errorf("bench: pgbench left %d receipts: %v", maxn, err)
+	}
+	r.step("limit (b): pgbench, the duplicate path over %d receipts, %d clients, %d s", maxn, dbConcurrency, r.sz.pgbenchSecs)
+	b, err := runPgbench(ctx, r.dsn, r.dir, "duplicate", pgbenchDuplicateScript, dbConcurrency, r.sz.pgbenchSecs, fmt.Sprintf("maxn=%d", maxn))
+	if err != nil {
+		return err
+	}
+	rep.Limits.DuplicateTx = b
+	r.step("limit (b): %.0f transactions/s", b.TPS)
+
+	r.step("limit (c): redis-benchmark SET NX EX, %d clients, %d requests", dupConcurrency, r.sz.redisRequests)
+	c, err := runRedisBenchmark(ctx, r.redis.MasterAddr(), dupConcurrency, r.sz.redisRequests)
+	if err != nil {
+		return err
+	}
+	rep.Limits.RedisSetNX = c
+	r.step("limit (c): %.0f requests/s", c.RPS)
+	if _, err := r.rdb.FlushDB(ctx).Result(); err != nil {
+		return fmt.Errorf("bench: flush redis-benchmark keys: %w", err)
+	}
+
+	r.step("limit (d): a handler that only verifies WeChat Pay notifications; signing %d notifications", 1000)
+	srv, base, err := r.startBenchserver(ctx, "verify-handler", "verify")
+	if err != nil {
+		return err
+	}
+	ns, err := r.sign(newTrades("VERIFY", 1000))
+	if err != nil {
+		return err
+	}
+	client := NewLoadClient(dupConcurrency, 10*time.Second)
+	reqs := requests(ns, base+"/notify/"+channelName, max(1, r.sz.verifyReqs/len(ns.notes)))
+	d := ClosedLoop(ctx, client, reqs, dupConcurrency)
+	client.CloseIdleConnections()
+	if err := srv.stop(10 * time.Second); err != nil {
+		return err
+	}
+	if d.OK != d.Sent {
+		return fmt.Errorf("bench: limit (d): %d of %d requests failed (statuses %v, %s)", d.Sent-d.OK, d.Sent, d.Statuses, d.FirstError)
+	}
+	rep.Limits.VerifyHandler = scenarioOf("limit-d", "limit (d) verify only", "limit", dupConcurrency, 0, d)
+	rep.Scenarios = append(rep.Scenarios, Scenario{ID: "limit-a", Name: "limit (a) pgbench unique", Target: "limit",
+		Concurrency: a.Clients, Throughput: a.TPS}, Scenario{ID: "limit-b", Name: "limit (b) pgbench duplicate", Target: "limit",
+		Concurrency: b.Clients, Throughput: b.TPS}, Scenario{ID: "limit-c", Name: "limit (c) redis SET NX EX", Target: "limit",
+		Concurrency: c.Clients, Throughput: c.RPS}, rep.Limits.VerifyHandler)
+	r.step("limit (d): %s", d)
+	return nil
+}
+
+// startBenchserver starts benchserver with mode's arguments and waits for it.
+func (r *runner) startBenchserver(ctx context.Context, name string, args ...string) (*process, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args = append(args, "--keys", filepath.Join(r.dir, "keys"), "--listen", addr)
+	p, err := startProcess(name, r.benchsrv, args, nil, filepath.Join(r.dir, name+".log"))
+	if err != nil {
+		return nil, "", err
+	}
+	r.procs = append(r.procs, p)
+	if err := waitHTTP(ctx, p, "http://"+addr+"/healthz", 30*time.Second); err != nil {
+		return nil, "", err
+	}
+	return p, "http://" + addr, nil
+}
+
+// startReplica starts one more callbackd replica with the run's configuration.
+func (r *runner) startReplica(ctx context.Context, name string) (*replica, error) {
+	rp, err := startReplica(ctx, r.callbackd, r.dir, name, r.cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.procs = append(r.procs, rp.proc)
+	return rp, nil
+}
+
+// check fails a run whose requests did not all succeed when they should have.
+func check(name string, res LoadResult) error {
+	if res.Sent == 0 {
+		return fmt.Errorf("bench: %s: no request was sent", name)
+	}
+	if res.OK != res.Sent {
+		return fmt.Errorf("bench: %s: %d of %d requests were not acknowledged (statuses %v; %s)", name, res.Sent-res.OK, res.Sent, res.Statuses, res.FirstError)
+	}
+	return nil
+}
+
+// callbackdScenarios runs every callbackd scenario and the designs from the field.
+func (r *runner) callbackdScenarios(ctx context.Context, rep *Report) error {
+	r.step("starting two callbackd replicas")
+	rep1, err := r.startReplica(ctx, "callbackd-1")
+	if err != nil {
+		return err
+	}
+	rep2, err := r.startReplica(ctx, "callbackd-2")
+	if err != nil {
+		return err
+	}
+	url1, url2 := rep1.notifyURL(channelName), rep2.notifyURL(channelName)
+	dbClient := NewLoadClient(dbConcurrency, 10*time.Second)
+	dupClient := NewLoadClient(dupConcurrency, 10*time.Second)
+	openClient := NewLoadClient(512, 10*time.Second)
+	defer dbClient.CloseIdleConnections()
+	defer dupClient.CloseIdleConnections()
+	defer openClient.CloseIdleConnections()
+
+	// Unique callbacks, maximum throughput.
+	r.step("unique: registering and signing %d orders", r.sz.unique)
+	setA, err := r.newSet(ctx, "BENCH-A", r.sz.unique)
+	if err != nil {
+		return err
+	}
+	r.step("unique: %d callbacks, closed loop at concurrency %d", r.sz.unique, dbConcurrency)
+	uniq := r.profiled(ctx, rep1, "unique", func() LoadResult { return ClosedLoop(ctx, dbClient, requests(setA, url1, 1), dbConcurrency) })
+	if err := check("unique", uniq); err != nil {
+		return err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf("unique", "unique max", "callbackd", dbConcurrency, 0, uniq))
+	r.step("unique: %s", uniq)
+
+	// Duplicates answered from the in-process window: the same notifications, same replica.
+	r.step("window: %d duplicates of finished callbacks to the same replica, concurrency %d", 2*len(setA.notes), dupConcurrency)
+	win := r.profiled(ctx, rep1, "window", func() LoadResult { return ClosedLoop(ctx, dupClient, requests(setA, url1, 2), dupConcurrency) })
+	if err := check("window", win); err != nil {
+		return err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf("window", "duplicates, window", "callbackd", dupConcurrency, 0, win))
+	r.step("window: %s", win)
+
+	// Duplicates answered by the Redis success mark: the other replica has never seen them.
+	r.step("redis gate: %d duplicates to the other replica, concurrency %d", len(setA.notes), dupConcurrency)
+	red := r.profiled(ctx, rep2, "redis", func() LoadResult { return ClosedLoop(ctx, dupClient, requests(setA, url2, 1), dupConcurrency) })
+	if err := check("redis gate", red); err != nil {
+		return err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf("redis", "duplicates, Redis gate", "callbackd", dupConcurrency, 0, red))
+	r.step("redis gate: %s", red)
+
+	// Unique callbacks at 50% and 80% of the maximum, open loop.
+	var setB, setC *notificationSet
+	for _, load := range []struct {
+		id   string
+		frac float64
+		set  **notificationSet
+	}{{"unique50", 0.5, &setB}, {"unique80", 0.8, &setC}} {
+		rate := load.frac * uniq.Throughput
+		n := max(50, int(rate*r.sz.openSecs))
+		r.step("%s: registering and signing %d orders", load.id, n)
+		s, err := r.newSet(ctx, "BENCH-"+load.id, n)
+		if err != nil {
+			return err
+		}
+		*load.set = s
+		r.step("%s: open loop at %.0f/s (%.0f%% of the maximum) for %.0f s", load.id, rate, 100*load.frac, r.sz.openSecs)
+		res := r.profiled(ctx, rep1, load.id, func() LoadResult { return OpenLoop(ctx, openClient, requests(s, url1, 1), rate, 512) })
+		if err := check(load.id, res); err != nil {
+			return err
+		}
+		rep.Scenarios = append(rep.Scenarios, scenarioOf(load.id, fmt.Sprintf("unique at %.0f%%", 100*load.frac), "callbackd", 0, rate, res))
+		r.step("%s: %s", load.id, res)
+	}
+
+	// The duplicate storm, 1 unique : 9 duplicates, shuffled, over both replicas.
+	r.step("storm: registering and signing %d orders", r.sz.stormKeys)
+	setD, err := r.newSet(ctx, "BENCH-D", r.sz.stormKeys)
+	if err != nil {
+		return err
+	}
+	storm := stormRequests(setD, []string{url1, url2})
+	before, err := scrapeGates(ctx, rep1, rep2)
+	if err != nil {
+		return err
+	}
+	r.step("storm: %d requests (%d orders × 10), shuffled, concurrency %d, two replicas", len(storm), r.sz.stormKeys, dupConcurrency)
+	st := r.profiled(ctx, rep1, "storm", func() LoadResult { return ClosedLoop(ctx, dupClient, storm, dupConcurrency) })
+	after, err := scrapeGates(ctx, rep1, rep2)
+	if err != nil {
+		return err
+	}
+	gates := after.sub(before)
+	rep.Storm = StormGates{Window: gates["window"], Redis: gates["redis"], Database: gates["database"], Retries: st.Sent - st.OK}
+	if t := gates.total(); t > 0 {
+		rep.Storm.BeforeDatabasePct = 100 * float64(gates["window"]+gates["redis"]) / float64(t)
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf("storm", "duplicate storm 1:9", "callbackd", dupConcurrency, 0, st))
+	r.step("storm: %s; stopped by window %d, Redis %d, PostgreSQL %d (%.2f%% before the database), %d answered resend",
+		st, rep.Storm.Window, rep.Storm.Redis, rep.Storm.Database, rep.Storm.BeforeDatabasePct, rep.Storm.Retries)
+	if st.Sent-st.OK > st.Sent/10 {
+		return fmt.Errorf("bench: storm: %d of %d requests not acknowledged (statuses %v; %s)", st.Sent-st.OK, st.Sent, st.Statuses, st.FirstError)
+	}
+
+	// Peak RSS with 1,000 concurrent connections, on a fresh replica.
+	r.step("rss: a fresh replica, %d concurrent connections", rssConnections)
+	rep3, err := r.startReplica(ctx, "callbackd-3")
+	if err != nil {
+		return err
+	}
+	rssClient := NewLoadClient(rssConnections, 30*time.Second)
+	rssReqs := requests(setA, rep3.notifyURL(channelName), max(1, rssConnections*r.sz.rssPerConn/len(setA.notes)))
+	rss := ClosedLoop(ctx, rssClient, rssReqs, rssConnections)
+	rssClient.CloseIdleConnections()
+	if rep.PeakRSSBytes, err = peakRSS(rep3.proc.pid()); err != nil {
+		return err
+	}
+	if err := rep3.proc.stop(20 * time.Second); err != nil {
+		return err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf("rss", "1,000 connections", "callbackd", rssConnections, 0, rss))
+	r.step("rss: %s; peak RSS %.1f MiB", rss, float64(rep.PeakRSSBytes)/(1<<20))
+
+	// The designs from the field on the same storm.
+	if err := r.fieldDesigns(ctx, rep, setD); err != nil {
+		return err
+	}
+	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT order_no FROM ledger_entries WHERE entry_type = 'payment'
+GROUP BY order_no HAVING count(*) > 1) d`).Scan(&rep.CallbackdDoubleEffects); err != nil {
+		return fmt.Errorf("bench: count callbackd's double effects: %w", err)
+	}
+	var unpaid int64
+	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM payment_orders WHERE order_no LIKE 'BENCH-%' AND status <> 'PAID'`).Scan(&unpaid); err != nil {
+		return fmt.Errorf("bench: count unpaid orders: %w", err)
+	}
+	r.step("callbackd: %d orders booked twice, %d of %d orders still unpaid", rep.CallbackdDoubleEffects, unpaid, r.orderCount)
+
+	// Redis down: the database gates alone.
+	r.step("redis down: stopping Redis (master, replica, Sentinels)")
+	if err := r.redis.Close(); err != nil {
+		return fmt.Errorf("bench: stop Redis: %w", err)
+	}
+	r.redis = nil
+	uniqDown, dupDown, err := r.databaseGates(ctx, rep, "down", "BENCH-E", r.sz.redisDown, setB, rep1, rep2)
+	if err != nil {
+		return err
+	}
+
+	// Scale: the same two figures with many receipts already in the table.
+	r.step("scale: preloading %d receipts (one INSERT … SELECT generate_series)", r.sz.scaleReceipts)
+	t0 := time.Now()
+	if _, err := r.pool.Exec(ctx, `
+INSERT INTO callback_receipts (idempotency_key, channel, provider, merchant_id, order_no, kind, status, amount,
+    currency, provider_txn_id, notify_id, body_digest, outcome, occurred_at, created_at)
+SELECT 'wechat|1900000109||SCALE-' || g || '|payment|', 'wechat', 'wechatpay', '1900000109', 'SCALE-' || g, 'payment',
+    'SUCCEEDED', 100, '', '4200' || lpad(g::text, 24, '0'), md5(g::text), md5('b' || g::text) || md5('c' || g::text),
+    'applied', now(), now()
+FROM generate_series(1, $1::bigint) g`, r.sz.scaleReceipts); err != nil {
+		return fmt.Errorf("bench: preload receipts: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, `VACUUM ANALYZE callback_receipts`); err != nil {
+		return fmt.Errorf("bench: analyze receipts: %w", err)
+	}
+	rep.ScaleReceipts = r.sz.scaleReceipts
+	r.step("scale: preloaded in %s", sinceSeconds(t0))
+	uniqScale, dupScale, err := r.databaseGates(ctx, rep, "scale", "BENCH-F", r.sz.scaleUnique, setC, rep1, rep2)
+	if err != nil {
+		return err
+	}
+	r.goals(rep, uniq, win, red, uniqDown, dupDown, uniqScale, dupScale)
+	return nil
+}
+
+// databaseGates measures unique callbacks (fresh orders, rep1) and duplicates stopped by the
+// PostgreSQL receipt (dups: notifications finished on rep1, sent once each to rep2, whose window
+// never saw them), with Redis stopped.
+func (r *runner) databaseGates(ctx context.Context, rep *Report, id, prefix string, n int, dups *notificationSet,
+	rep1, rep2 *replica) (LoadResult, LoadResult, error) {
+	r.step("%s: registering and signing %d orders", id, n)
+	set, err := r.newSet(ctx, prefix, n)
+	if err != nil {
+		return LoadResult{}, LoadResult{}, err
+	}
+	if dups, err = r.fresh(dups); err != nil {
+		return LoadResult{}, LoadResult{}, err
+	}
+	dc := NewLoadClient(dbConcurrency, 10*time.Second)
+	defer dc.CloseIdleConnections()
+	r.step("%s: %d unique callbacks, closed loop at concurrency %d", id, n, dbConcurrency)
+	u := r.profiled(ctx, rep1, id+"-unique", func() LoadResult {
+		return ClosedLoop(ctx, dc, requests(set, rep1.notifyURL(channelName), 1), dbConcurrency)
+	})
+	if err := check(id+" unique", u); err != nil {
+		return u, LoadResult{}, err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf(id+"-unique", map[string]string{"down": "Redis down, unique", "scale": "scale, unique"}[id], "callbackd", dbConcurrency, 0, u))
+	r.step("%s unique: %s", id, u)
+	uc := NewLoadClient(dupConcurrency, 10*time.Second)
+	defer uc.CloseIdleConnections()
+	r.step("%s: %d duplicates stopped by the PostgreSQL receipt, concurrency %d", id, len(dups.notes), dupConcurrency)
+	d := r.profiled(ctx, rep2, id+"-dup", func() LoadResult {
+		return ClosedLoop(ctx, uc, requests(dups, rep2.notifyURL(channelName), 1), dupConcurrency)
+	})
+	if err := check(id+" duplicates", d); err != nil {
+		return u, d, err
+	}
+	rep.Scenarios = append(rep.Scenarios, scenarioOf(id+"-dup", map[string]string{"down": "Redis down, duplicates", "scale": "scale, duplicates"}[id], "callbackd", dupConcurrency, 0, d))
+	r.step("%s duplicates: %s", id, d)
+	return u, d, nil
+}
+
+// stormRequests is the duplicate storm: every notification 10 times, shuffled, spread over the
+// targets in turn as by a round-robin load balancer.
+func stormRequests(ns *notificationSet, targets []string) []Request {
+	var out []Request
+	for range 10 {
+		for _, n := range ns.notes {
+			out = append(out, Request{Notification: n})
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	for i := range out {
+		out[i].URL = targets[i%len(targets)]
+	}
+	return out
+}
+
+// fieldDesigns runs each design from the field on the storm's load.
+func (r *runner) fieldDesigns(ctx context.Context, rep *Report, setD *notificationSet) error {
+	designs := field.Designs(r.pool, r.rdb, nil)
+	orderNos := make([]string, len(setD.trades))
+	for i, t := range setD.trades {
+		orderNos[i] = t.orderNo
+	}
+	setD, err := r.fresh(setD)
+	if err != nil {
+		return err
+	}
+	for _, d := range designs {
+		r.step("field %s: setting up, %d orders", d.Name, len(orderNos))
+		if err := d.Setup(ctx); err != nil {
+			return fmt.Errorf("bench: field %s: setup: %w", d.Name, err)
+		}
+		if err := d.Reset(ctx); err != nil {
+			return fmt.Errorf("bench: field %s: reset: %w", d.Name, err)
+		}
+		if err := d.Preload(ctx, orderNos, tradeAmount); err != nil {
+			return fmt.Errorf("bench: field %s: preload: %w", d.Name, err)
+		}
+		p, base, err := r.startBenchserver(ctx, "field-"+d.Name, "field", "--design", d.Name, "--dsn", r.dsn,
+			"--redis", r.redis.MasterAddr(), "--max-conns", fmt.Sprint(dbConcurrency))
+		if err != nil {
+			return err
+		}
+		c := NewLoadClient(dupConcurrency, 10*time.Second)
+		storm := stormRequests(setD, []string{base + "/notify/" + channelName})
+		r.step("field %s: the same storm, %d requests, concurrency %d", d.Name, len(storm), dupConcurrency)
+		res := ClosedLoop(ctx, c, storm, dupConcurrency)
+		c.CloseIdleConnections()
+		if err := p.stop(10 * time.Second); err != nil {
+			return err
+		}
+		doubles, err := d.DoubleEffects(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: field %s: double effects: %w", d.Name, err)
+		}
+		s := scenarioOf("field-"+d.Name, "field: "+d.Name, d.Name, dupConcurrency, 0, res)
+		rep.Scenarios = append(rep.Scenarios, s)
+		rep.Designs = append(rep.Designs, DesignResult{Name: d.Name, Storm: s, DoubleEffects: doubles})
+		r.step("field %s: %s; %d orders booked twice", d.Name, res, doubles)
+	}
+	return nil
+}
