@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
+
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 // CallbackdBin is the faultinject build of callbackd for this test binary, set by Main.
@@ -27,8 +30,42 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	CallbackdBin = bin
-	return m.Run()
+	code := m.Run()
+	sharedPGMu.Lock()
+	if sharedPG != nil {
+		if err := sharedPG.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "faults: stop the shared PostgreSQL: %v\n", err)
+			code = 1
+		}
+	}
+	sharedPGMu.Unlock()
+	return code
 }
+
+// The PostgreSQL server shared by the tests that do not stop or crash it (each gets its own
+// database on it); started on first use, stopped by Main.
+var (
+	sharedPGMu sync.Mutex
+	sharedPG   *testenv.Postgres
+)
+
+func sharedPostgres(t testing.TB) *testenv.Postgres {
+	t.Helper()
+	sharedPGMu.Lock()
+	defer sharedPGMu.Unlock()
+	if sharedPG == nil {
+		pg, err := testenv.NewPostgres(testenv.WithSetting("max_connections", "300"))
+		if err != nil {
+			t.Fatalf("start the shared PostgreSQL: %v", err)
+		}
+		sharedPG = pg
+	}
+	return sharedPG
+}
+
+// SharedPostgres is the package's shared PostgreSQL server (for EnvOptions.Postgres), started on
+// first use and stopped when Main returns. Tests that crash PostgreSQL need their own server.
+func SharedPostgres(t testing.TB) *testenv.Postgres { return sharedPostgres(t) }
 
 // BuildCallbackd builds cmd/callbackd with -tags faultinject into dir and returns its path.
 func BuildCallbackd(dir string) (string, error) {
