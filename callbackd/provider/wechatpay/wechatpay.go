@@ -8,6 +8,10 @@
 // and counted as such. The resource is then decrypted with AES-256-GCM under the merchant's APIv3
 // key, and the merchant identity in the plaintext (mchid / sp_mchid + sub_mchid, appid) must be
 // this channel's.
+//
+// Signed bytes that different readers would read differently are refused: each signature header
+// must appear once, and the envelope and the plaintext must be strict JSON (valid UTF-8, no two
+// members of one name, shallow; package strictjson).
 package wechatpay
 
 import (
@@ -30,6 +34,7 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/keys"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/reply"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/strictjson"
 	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/telemetry"
 )
 
@@ -47,6 +52,14 @@ const (
 	// DefaultTolerance: notifications whose timestamp is this far from now or farther are refused.
 	DefaultTolerance = 5 * time.Minute
 )
+
+// maxDepth bounds the nesting of the envelope and of the plaintext; WeChat Pay's are at most
+// four levels deep (promotion_detail[].goods_detail[]).
+const maxDepth = 16
+
+// signedHeaders are the headers the verification reads; each must appear at most once, or a
+// proxy and callbackd could each believe a different one.
+var signedHeaders = []string{"Wechatpay-Serial", "Wechatpay-Signature", "Wechatpay-Timestamp", "Wechatpay-Nonce", "Wechatpay-Signature-Type"}
 
 // Event types.
 const (
@@ -164,6 +177,11 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, raw []byte) (notify.
 	if err := a.verify(r.Header, raw); err != nil {
 		return notify.Notification{}, err
 	}
+	// Signed bytes that parsers read differently (duplicate names, invalid UTF-8) are refused
+	// before anything in them is believed.
+	if err := strictjson.Check(raw, maxDepth); err != nil {
+		return notify.Notification{}, &notify.Error{Reason: notify.ReasonMalformed, Detail: "body is not strict JSON", Err: err}
+	}
 	var env body
 	if err := json.Unmarshal(raw, &env); err != nil || env.Resource == nil {
 		return notify.Notification{}, notify.Errorf(notify.ReasonMalformed, "body is not a notification envelope")
@@ -174,6 +192,9 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, raw []byte) (notify.
 	plain, err := a.decrypt(env.Resource.Ciphertext, env.Resource.Nonce, env.Resource.AssociatedData)
 	if err != nil {
 		return notify.Notification{}, err
+	}
+	if err := strictjson.Check(plain, maxDepth); err != nil {
+		return notify.Notification{}, &notify.Error{Reason: notify.ReasonMalformed, Detail: "resource plaintext is not strict JSON", Err: err}
 	}
 	n := notify.Notification{
 		Channel:    a.cfg.Channel,
@@ -205,6 +226,11 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, raw []byte) (notify.
 
 // verify checks the signature headers against the raw body.
 func (a *Adapter) verify(h http.Header, raw []byte) error {
+	for _, name := range signedHeaders {
+		if n := len(h.Values(name)); n > 1 {
+			return notify.Errorf(notify.ReasonMalformed, "header %s appears %d times", name, n)
+		}
+	}
 	if st := h.Get("Wechatpay-Signature-Type"); st != "" && st != SignatureType {
 		return notify.Errorf(notify.ReasonUnsupported, "Wechatpay-Signature-Type %q is not %s", truncate(st), SignatureType)
 	}
