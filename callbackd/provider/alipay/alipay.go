@@ -274,8 +274,17 @@ func decodeCharset(raw map[string]string) (map[string]string, error) {
 	case "gbk", "gb2312", "gb18030":
 		out := make(map[string]string, len(raw))
 		dec := simplifiedchinese.GB18030.NewDecoder() // a superset of gbk and gb2312
+		enc := simplifiedchinese.GB18030.NewEncoder()
 		for k, v := range raw {
 			s, err := dec.String(v)
+			if err == nil {
+				// The decoder never fails: it turns invalid bytes into U+FFFD. Valid input
+				// encodes back to exactly the bytes received; anything else was not gbk.
+				var back string
+				if back, err = enc.String(s); err == nil && back != v {
+					err = errors.New("invalid byte sequence")
+				}
+			}
 			if err != nil {
 				return nil, notify.Errorf(notify.ReasonMalformed, "field %q is not valid gbk", truncate(k))
 			}
