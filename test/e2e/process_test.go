@@ -66,6 +66,17 @@ func (p *localProcess) exited() bool {
 	}
 }
 
+// kill sends SIGKILL to the process group and waits for the exit.
+func (p *localProcess) kill() error {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) survived SIGKILL", p.name, p.cmd.Process.Pid)
+	}
+}
+
 // stop sends SIGTERM, waits up to grace, then kills the process group.
 func (p *localProcess) stop(grace time.Duration) error {
 	if p.exited() {

@@ -39,6 +39,27 @@ import (
 // configured quorum and sees the replicas and the other Sentinels.
 func (e *e2e) checkRedisBootstrap(t *testing.T) {
 	ctx := e.ctx(t, 4*time.Minute)
+	var sts [2]*appsv1.StatefulSet
+	for i, name := range []string{dataChannel + "-redis", dataChannel + "-sentinel"} {
+		sts[i] = &appsv1.StatefulSet{}
+		if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: dataNamespace, Name: name}, sts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	configMap := func(name string) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{}
+		if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: dataNamespace, Name: name}, cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	runRedisBootstrap(t, ctx, dataNamespace, configMap, sts[0], sts[1], filepath.Join(e.workDir, "redis-pods"))
+}
+
+// runRedisBootstrap runs the pods of the Redis and Sentinel StatefulSets locally (see
+// checkRedisBootstrap), checks the topology they build and stops them.
+func runRedisBootstrap(t *testing.T, ctx context.Context, namespace string, configMap func(name string) *corev1.ConfigMap,
+	redisSts, sentinelSts *appsv1.StatefulSet, root string) {
 	redisCLI, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatalf("redis-cli is not installed; run hack/deps.sh (or apt-get install redis-tools): %v", err)
@@ -47,14 +68,7 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redis-server is not installed; run hack/deps.sh: %v", err)
 	}
-	var sts [2]*appsv1.StatefulSet
-	for i, name := range []string{dataChannel + "-redis", dataChannel + "-sentinel"} {
-		sts[i] = &appsv1.StatefulSet{}
-		if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: dataNamespace, Name: name}, sts[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	root := filepath.Join(e.workDir, "redis-pods")
+	sts := [2]*appsv1.StatefulSet{redisSts, sentinelSts}
 	shimDir := filepath.Join(root, "bin")
 
 	// One loopback address per pod, in a block chosen at random so that parallel runs differ.
@@ -73,7 +87,7 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		}
 		for n := range int(ptr.Deref(s.Spec.Replicas, 1)) {
 			p := &redisPod{name: fmt.Sprintf("%s-%d", s.Name, n), sts: s, port: port}
-			p.host = fmt.Sprintf("%s.%s.%s.svc", p.name, service, dataNamespace)
+			p.host = fmt.Sprintf("%s.%s.%s.svc", p.name, service, namespace)
 			p.ip = fmt.Sprintf("%s%d", block, len(pods)+10)
 			p.dir = filepath.Join(root, p.name)
 			hosts[p.host] = p.ip
@@ -88,12 +102,13 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 	writeFileT(t, filepath.Join(shimDir, "redis-cli"), []byte(redisCLIShim), 0o755)
 	writeFileT(t, filepath.Join(shimDir, "redis-server"), []byte(redisServerShim), 0o755)
 
-	cm := &corev1.ConfigMap{}
 	started := time.Now()
 	var procs []*localProcess
 	defer func() {
 		for i := len(procs) - 1; i >= 0; i-- {
-			if err := procs[i].stop(10 * time.Second); err != nil {
+			// Throwaway servers: no graceful drain needed (a replica waiting on SIGTERM for its
+			// master would only slow the run down).
+			if err := procs[i].kill(); err != nil {
 				t.Errorf("stop %s: %v", procs[i].name, err)
 			}
 		}
@@ -112,9 +127,7 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 				if v.Name != vm.Name || v.ConfigMap == nil {
 					continue
 				}
-				if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: dataNamespace, Name: v.ConfigMap.Name}, cm); err != nil {
-					t.Fatal(err)
-				}
+				cm := configMap(v.ConfigMap.Name)
 				for k, data := range cm.Data {
 					writeFileT(t, filepath.Join(local, k), []byte(p.localPaths(data, c.VolumeMounts)), 0o600)
 				}
@@ -138,7 +151,7 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		for _, ev := range c.Env {
 			switch {
 			case ev.ValueFrom != nil && ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-				env = append(env, ev.Name+"="+dataNamespace)
+				env = append(env, ev.Name+"="+namespace)
 			case ev.ValueFrom != nil && ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.name":
 				env = append(env, ev.Name+"="+p.name)
 			case ev.ValueFrom == nil:
@@ -151,24 +164,27 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		for i := range cmdline {
 			cmdline[i] = p.localPaths(cmdline[i], c.VolumeMounts)
 		}
-		logPath := filepath.Join(p.dir, "out.log")
-		proc := startLocal(e.t, p.name, resolveCommand(t, cmdline[0]), cmdline[1:], env, logPath, func(s string) string { return s })
-		procs = append(procs, proc)
-
-		// OrderedReady: the next pod starts once this one's readiness probe passes.
-		probe := c.ReadinessProbe
-		if probe == nil || probe.Exec == nil {
-			t.Fatalf("expected an exec readiness probe on %s, got %+v", p.name, probe)
-		}
-		eventually(t, time.Minute, p.name+" ready ("+strings.Join(probe.Exec.Command, " ")+")", func(ctx context.Context) (bool, string) {
-			if proc.exited() {
-				t.Fatalf("%s exited: %v\n%s", p.name, proc.waitErr, tailFile(logPath, 20))
+		p.start = func(run int) *localProcess {
+			logPath := filepath.Join(p.dir, fmt.Sprintf("out-%d.log", run))
+			proc := startLocal(t, p.name, resolveCommand(t, cmdline[0]), cmdline[1:], env, logPath, func(s string) string { return s })
+			procs = append(procs, proc)
+			// OrderedReady: the next pod starts once this one's readiness probe passes.
+			probe := c.ReadinessProbe
+			if probe == nil || probe.Exec == nil {
+				t.Fatalf("expected an exec readiness probe on %s, got %+v", p.name, probe)
 			}
-			cmd := exec.CommandContext(ctx, filepath.Join(shimDir, filepath.Base(probe.Exec.Command[0])), probe.Exec.Command[1:]...)
-			cmd.Env = env
-			out, err := cmd.CombinedOutput()
-			return err == nil && strings.TrimSpace(string(out)) == "PONG", strings.TrimSpace(string(out))
-		})
+			eventually(t, time.Minute, p.name+" ready ("+strings.Join(probe.Exec.Command, " ")+")", func(ctx context.Context) (bool, string) {
+				if proc.exited() {
+					t.Fatalf("%s exited: %v\n%s", p.name, proc.waitErr, tailFile(logPath, 20))
+				}
+				cmd := exec.CommandContext(ctx, filepath.Join(shimDir, filepath.Base(probe.Exec.Command[0])), probe.Exec.Command[1:]...)
+				cmd.Env = env
+				out, err := cmd.CombinedOutput()
+				return err == nil && strings.TrimSpace(string(out)) == "PONG", strings.TrimSpace(string(out))
+			})
+			return proc
+		}
+		p.proc = p.start(0)
 	}
 	t.Logf("%d Redis and Sentinel pods started from the rendered scripts in %v (addresses %sN)", len(pods), time.Since(started).Round(time.Millisecond), block)
 
@@ -186,11 +202,16 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 	})
 	for _, p := range pods[1:instances] {
 		c := redis.NewClient(&redis.Options{Addr: p.ip + ":6379"})
-		info, err := c.Info(ctx, "replication").Result()
+		// The first full sync waits for the master's diskless-sync delay (5 s by default).
+		eventually(t, time.Minute, p.name+" a replica of "+master.name+" with its link up", func(ctx context.Context) (bool, string) {
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err.Error()
+			}
+			return infoField(info, "role") == "slave" && infoField(info, "master_host") == master.ip &&
+				infoField(info, "master_link_status") == "up", oneLine(info)
+		})
 		c.Close()
-		if err != nil || infoField(info, "role") != "slave" || infoField(info, "master_host") != master.ip || infoField(info, "master_link_status") != "up" {
-			t.Errorf("expected %s a replica of %s with its link up, got %s (err %v)", p.name, master.name, oneLine(info), err)
-		}
 	}
 	quorum := ""
 	for _, ev := range sts[1].Spec.Template.Spec.Containers[0].Env {
@@ -220,6 +241,36 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		sc.Close()
 	}
 	t.Logf("bootstrap verified: %s master, %d replicas linked, %d Sentinels monitoring %q with quorum %s", master.name, instances-1, len(sentinels), masterName, quorum)
+
+	// Failover, then the old master's restart: Sentinel promotes a replica (the configured
+	// down-after and failover timeouts), and the restarted pod must ask the Sentinels and come
+	// back as a replica of the new master, never reclaiming the role.
+	started = time.Now()
+	if err := master.proc.kill(); err != nil {
+		t.Fatal(err)
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0].ip + ":26379"})
+	defer sc.Close()
+	var newMaster string
+	eventually(t, 90*time.Second, "the Sentinels to promote a replica after "+master.name+" died", func(ctx context.Context) (bool, string) {
+		addr, err := sc.GetMasterAddrByName(ctx, masterName).Result()
+		if err != nil || len(addr) != 2 {
+			return false, fmt.Sprintf("%v %v", addr, err)
+		}
+		newMaster = addr[0]
+		return newMaster != master.ip, "still " + newMaster
+	})
+	t.Logf("failover to %s in %v", newMaster, time.Since(started).Round(time.Millisecond))
+	master.proc = master.start(1)
+	eventually(t, time.Minute, "the restarted "+master.name+" a replica of the new master "+newMaster, func(ctx context.Context) (bool, string) {
+		info, err := rdb.Info(ctx, "replication").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		return infoField(info, "role") == "slave" && infoField(info, "master_host") == newMaster &&
+			infoField(info, "master_link_status") == "up", oneLine(info)
+	})
+	t.Logf("restarted %s rejoined as a replica of %s", master.name, newMaster)
 }
 
 // redisPod is one pod of the Redis or Sentinel StatefulSet, run locally.
@@ -227,6 +278,8 @@ type redisPod struct {
 	name, host, ip, dir string
 	sts                 *appsv1.StatefulSet
 	port                int
+	start               func(run int) *localProcess
+	proc                *localProcess
 }
 
 // localPaths rewrites the container's mount paths in s (a script, a command-line argument) to
