@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -193,10 +194,11 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 
 // deliverySink is the merchant's endpoint: it records the webhook-id of every delivery.
 type deliverySink struct {
-	url    string
-	secret string
-	mu     sync.Mutex
-	ids    map[string]int
+	url           string
+	secret        string
+	mu            sync.Mutex
+	ids           map[string]int
+	badSignatures int
 }
 
 func startDeliverySink(t *testing.T) *deliverySink {
@@ -206,15 +208,26 @@ func startDeliverySink(t *testing.T) *deliverySink {
 		t.Fatal(err)
 	}
 	s.secret = "whsec_" + base64.StdEncoding.EncodeToString(b)
+	wh, err := standardwebhooks.NewWebhook(s.secret)
+	if err != nil {
+		t.Fatalf("the Standard Webhooks reference library refused the delivery secret: %v", err)
+	}
 	s.url = "http://" + serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		if id == "" || r.Header.Get("webhook-signature") == "" {
-			http.Error(w, "unsigned", http.StatusBadRequest)
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "read", http.StatusBadRequest)
+			return
+		}
+		// Verified with the reference library, as the merchant would.
+		if err := wh.Verify(body, r.Header); err != nil {
+			s.mu.Lock()
+			s.badSignatures++
+			s.mu.Unlock()
+			http.Error(w, "bad signature", http.StatusBadRequest)
 			return
 		}
 		s.mu.Lock()
-		s.ids[id]++
+		s.ids[r.Header.Get("webhook-id")]++
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})) + "/hooks/payments"
@@ -542,7 +555,13 @@ func (e *e2e) runDataPlane(t *testing.T) {
 		return distinct == b.outbox, fmt.Sprintf("%d distinct webhook-ids in %d deliveries", distinct, total)
 	})
 	distinct, total := d.sink.counts()
-	t.Logf("deliveries: %d distinct events in %d requests to the merchant endpoint", distinct, total)
+	d.sink.mu.Lock()
+	bad := d.sink.badSignatures
+	d.sink.mu.Unlock()
+	t.Logf("deliveries: %d distinct events in %d requests to the merchant endpoint, signatures verified with the reference library", distinct, total)
+	if bad != 0 {
+		t.Errorf("expected every delivery signed with the endpoint's secret from the cluster, got %d that did not verify", bad)
+	}
 
 	for _, p := range procs {
 		if err := p.stop(30 * time.Second); err != nil {

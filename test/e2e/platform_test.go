@@ -234,6 +234,33 @@ func (e *e2e) waitPodsRunning(t *testing.T, ns string, labels map[string]string,
 	})
 }
 
+// waitDeploymentPods waits until the Deployment is rolled out and exactly its desired number of
+// pods run, re-reading the desired number each time (an HPA may move it meanwhile).
+func (e *e2e) waitDeploymentPods(t *testing.T, key types.NamespacedName, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "Deployment "+key.Name+" with all its pods Running and Ready", func(ctx context.Context) (bool, string) {
+		d := &appsv1.Deployment{}
+		if err := e.k8s.Get(ctx, key, d); err != nil {
+			return false, err.Error()
+		}
+		if ok, why := deploymentRolledOut(d); !ok {
+			return false, why
+		}
+		want := int(ptr.Deref(d.Spec.Replicas, 1))
+		pods := &corev1.PodList{}
+		if err := e.k8s.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+				running++
+			}
+		}
+		return running == want && len(pods.Items) == want, fmt.Sprintf("%d of %d pods running (want %d): %v", running, len(pods.Items), want, podPhases(pods.Items))
+	})
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -297,7 +324,7 @@ func (e *e2e) checkChannelChildren(t *testing.T, x channelExpect) {
 		}
 		return deploymentRolledOut(dep)
 	})
-	e.waitPodsRunning(t, x.namespace, dep.Spec.Selector.MatchLabels, int(ptr.Deref(dep.Spec.Replicas, 1)), time.Minute)
+	e.waitDeploymentPods(t, depKey, time.Minute)
 
 	for _, obj := range []client.Object{
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: x.name + "-callbackd"}},
@@ -443,7 +470,7 @@ func (e *e2e) rotateSecret(t *testing.T) {
 		}
 		return deploymentRolledOut(after)
 	})
-	e.waitPodsRunning(t, dataNamespace, after.Spec.Selector.MatchLabels, int(ptr.Deref(after.Spec.Replicas, 1)), time.Minute)
+	e.waitDeploymentPods(t, depKey, time.Minute)
 	newRS := e.replicaSetNames(t, ctx, after)
 	if !slices.ContainsFunc(newRS, func(n string) bool { return !slices.Contains(oldRS, n) }) {
 		t.Errorf("expected a new ReplicaSet after the rotation, had %v, have %v", oldRS, newRS)
