@@ -1,0 +1,6 @@
+//go:build !linux
+
+package faults
+
+// realtimeThread is a no-op outside Linux: the release runs at normal priority.
+func realtimeThread() bool { return false }
