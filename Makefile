@@ -106,9 +106,17 @@ test-faults: deps ## Fault-injection suite: Redis failover and split brain, cras
 	$(GO) test -v -count=1 -timeout 40m ./test/faults/...
 	hack/check-leftovers.sh
 
+# `make bench` writes docs/; `make bench QUICK=1` (about 1 minute, proves the harness) writes
+# bin/bench-quick/ unless BENCH_OUT says otherwise. BENCH_FLAGS passes more flags to callbench.
+QUICK     ?=
+BENCH_OUT ?= $(if $(QUICK),$(BIN)/bench-quick,docs)
+
 .PHONY: bench
-bench: ## Benchmarks against the physical limits — not built yet.
-	@echo "make bench: not built yet (issue 8: benchmarks)" >&2; exit 1
+bench: deps ## Benchmarks against the physical limits and the designs from the field (~10 min; QUICK=1 ~1 min): docs/benchmarks.{md,json,png}.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/callbench ./test/bench/cmd/callbench
+	$(BIN)/callbench --out $(BENCH_OUT) $(if $(QUICK),--quick) $(BENCH_FLAGS)
+	hack/check-leftovers.sh
 
 .PHONY: demo
 demo: deps ## Run the platform locally (PostgreSQL, Redis Sentinel, callbackd, a paysim storm) and print the report. DEMO_FLAGS="--orders 50" to shorten.

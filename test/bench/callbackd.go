@@ -180,9 +180,9 @@ func parseGates(r io.Reader, out gateCounts) error {
 	return sc.Err()
 }
 
-// cpuProfile takes a CPU profile of a replica for d (while a load runs) and returns the top
-// entries of `go tool pprof -top`.
-func cpuProfile(ctx context.Context, r *replica, bin, dir, name string, d time.Duration) (string, error) {
+// cpuProfile takes a CPU profile of a replica for d (while a load runs) and saves it into dir as
+// name.pprof, returning the path.
+func cpuProfile(ctx context.Context, r *replica, dir, name string, d time.Duration) (string, error) {
 	secs := max(1, int(d.Seconds()))
 	client := &http.Client{Timeout: d + 30*time.Second}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.pprofAddr, secs), nil)
@@ -206,12 +206,34 @@ func cpuProfile(ctx context.Context, r *replica, bin, dir, name string, d time.D
 		f.Close()
 		return "", fmt.Errorf("bench: save profile: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return "", err
-	}
+	return path, f.Close()
+}
+
+// pprofTop returns the top entries of `go tool pprof -top` of a saved profile.
+func pprofTop(ctx context.Context, bin, path string) (string, error) {
 	out, err := execCommand(ctx, goTool(), "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("bench: go tool pprof -top: %w\n%s", err, tail(string(out), 10))
 	}
-	return strings.TrimSpace(string(out)), nil
+	// Keep the summary and the table; drop the file and build-id lines.
+	var keep []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(line, "File:") || strings.HasPrefix(line, "Build ID:") {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	top := strings.Join(keep, "\n")
+	if m := samplesLine.FindStringSubmatch(top); m != nil {
+		if busy, err := strconv.ParseFloat(m[1], 64); err == nil {
+			verdict := "it was mostly waiting (for PostgreSQL, Redis or its clients), not computing: the CPU entries below are not what limits it"
+			if busy >= 100 {
+				verdict = "it was computing: the entries below are where the time goes"
+			}
+			top = fmt.Sprintf("callbackd was on CPU %.0f%% of the time (100%% = one core busy): %s.\n\n%s", busy, verdict, top)
+		}
+	}
+	return top, nil
 }
+
+var samplesLine = regexp.MustCompile(`Total samples = [^(]*\(([0-9.]+)%\)`)

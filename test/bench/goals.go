@@ -1,9 +1,12 @@
 package bench
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // goals turns the measurements into the report's table, the issue's goals in its order.
-func (r *runner) goals(rep *Report, uniq, win, red, uniqDown, dupDown, uniqScale, dupScale LoadResult) {
+func (r *runner) goals(ctx context.Context, rep *Report, uniq, win, red, uniqDown, dupDown, uniqScale, dupScale LoadResult) {
 	a, b, d := rep.Limits.UniqueTx.TPS, rep.Limits.DuplicateTx.TPS, rep.Limits.VerifyHandler.Throughput
 	var u50, u80, storm Scenario
 	for _, s := range rep.Scenarios {
@@ -61,6 +64,20 @@ func (r *runner) goals(rep *Report, uniq, win, red, uniqDown, dupDown, uniqScale
 	}
 	gs = append(gs, Goal{ID: "callbackd-double-effects", Figure: "callbackd: orders booked twice (whole run)",
 		Value: float64(rep.CallbackdDoubleEffects), Unit: "", Target: "0", Met: rep.CallbackdDoubleEffects == 0})
+	// The profiles of the goals not met, as `go tool pprof -top` shows them.
+	for i := range gs {
+		path := gs[i].Profile
+		gs[i].Profile = ""
+		if gs[i].Met || path == "" {
+			continue
+		}
+		top, err := pprofTop(ctx, r.callbackd, path)
+		if err != nil {
+			r.step("warning: %v", err)
+			continue
+		}
+		gs[i].Profile = top
+	}
 	rep.Goals = gs
 }
 

@@ -284,7 +284,11 @@ func (r *Report) Markdown() string {
 	if len(profiled) > 0 {
 		w("## What limits the goals not met\n\nCPU profile of callbackd during the scenario (`go tool pprof -top`, top entries).\n\n")
 		for _, g := range profiled {
-			w("### %s\n\n```\n%s\n```\n\n", g.Figure, g.Profile)
+			verdict, top, ok := strings.Cut(g.Profile, "\n\n")
+			if !ok {
+				verdict, top = "", g.Profile
+			}
+			w("### %s\n\n%s\n\n```\n%s\n```\n\n", g.Figure, verdict, top)
 		}
 	}
 	if r.PreviousDate != "" {

@@ -194,7 +194,8 @@ func (r *runner) prepare(ctx context.Context) error {
 		return err
 	}
 	r.step("starting PostgreSQL (fsync on, synchronous_commit on) and Redis (1 master, 1 replica, 3 Sentinels) on loopback")
-	if r.pg, err = testenv.NewPostgres(testenv.WithSetting("max_connections", "300"), testenv.WithSetting("shared_buffers", "256MB")); err != nil {
+	if r.pg, err = testenv.NewPostgres(testenv.WithSetting("max_connections", "300"), testenv.WithSetting("shared_buffers", "256MB"),
+		testenv.WithSetting("max_wal_size", "8GB")); err != nil {
 		return fmt.Errorf("bench: start PostgreSQL: %w (install it with `make deps`)", err)
 	}
 	if r.redis, err = testenv.NewRedis(testenv.RedisOptions{Replicas: 1, Sentinels: 3}); err != nil {
@@ -262,6 +263,10 @@ func (r *runner) write(rep *Report) error {
 	prev, err := readPrevious(jsonPath)
 	if err != nil {
 		r.step("warning: %v; not comparing", err)
+	}
+	if prev != nil && prev.Quick != rep.Quick {
+		r.step("the previous report is from a %s run; not comparing ratios across modes", map[bool]string{true: "QUICK", false: "full"}[prev.Quick])
+		prev = nil
 	}
 	if prev != nil {
 		rep.PreviousDate = prev.Date
@@ -397,16 +402,16 @@ func (r *runner) newSet(ctx context.Context, prefix string, n int) (*notificatio
 }
 
 // profiled runs load while taking a CPU profile of rep for the first r.sz.profile of it; the
-// profile's top entries are kept under id.
+// profile is kept under id, for the goals that turn out not met.
 func (r *runner) profiled(ctx context.Context, rep *replica, id string, load func() LoadResult) LoadResult {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		top, err := cpuProfile(ctx, rep, r.callbackd, r.dir, id, r.sz.profile)
+		path, err := cpuProfile(ctx, rep, r.dir, id, r.sz.profile)
 		if err != nil {
 			r.step("warning: no profile for %s: %v", id, err)
 			return
 		}
-		r.profiles[id] = top
+		r.profiles[id] = path
 	})
 	res := load()
 	wg.Wait()
