@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
+	"k8s.io/utils/ptr"
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 )
@@ -17,8 +18,9 @@ import (
 var ScaledObjectGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
 
 // Scaling behaviour: a retry storm is met at once (double, or four more pods, every 15 s),
-// and capacity is given back slowly (one pod a minute after ten quiet minutes), because
-// providers resend in waves and a scale-down between two waves only costs the next one.
+// and capacity is given back slowly (one pod a minute after ten quiet minutes, or
+// spec.autoscaling.scaleDownStabilizationSeconds), because providers resend in waves and a
+// scale-down between two waves only costs the next one.
 const (
 	scaleUpPeriodSeconds        = 15
 	scaleUpPercent              = 100
@@ -60,10 +62,15 @@ func buildHPA(pc *callbackdv1alpha1.PaymentChannel) *autoscalingv2ac.HorizontalP
 			WithMinReplicas(as.MinReplicas).
 			WithMaxReplicas(as.MaxReplicas).
 			WithMetrics(metrics...).
-			WithBehavior(hpaBehavior()))
+			WithBehavior(hpaBehavior(as)))
 }
 
-func hpaBehavior() *autoscalingv2ac.HorizontalPodAutoscalerBehaviorApplyConfiguration {
+// scaleDownStabilization is the channel's scale-down window in seconds.
+func scaleDownStabilization(as callbackdv1alpha1.AutoscalingSpec) int32 {
+	return ptr.Deref(as.ScaleDownStabilizationSeconds, scaleDownStabilizationSecs)
+}
+
+func hpaBehavior(as callbackdv1alpha1.AutoscalingSpec) *autoscalingv2ac.HorizontalPodAutoscalerBehaviorApplyConfiguration {
 	return autoscalingv2ac.HorizontalPodAutoscalerBehavior().
 		WithScaleUp(autoscalingv2ac.HPAScalingRules().
 			WithStabilizationWindowSeconds(0).
@@ -73,7 +80,7 @@ func hpaBehavior() *autoscalingv2ac.HorizontalPodAutoscalerBehaviorApplyConfigur
 				autoscalingv2ac.HPAScalingPolicy().WithType(autoscalingv2.PodsScalingPolicy).WithValue(scaleUpPods).WithPeriodSeconds(scaleUpPeriodSeconds),
 			)).
 		WithScaleDown(autoscalingv2ac.HPAScalingRules().
-			WithStabilizationWindowSeconds(scaleDownStabilizationSecs).
+			WithStabilizationWindowSeconds(scaleDownStabilization(as)).
 			WithSelectPolicy(autoscalingv2.MinChangePolicySelect).
 			WithPolicies(
 				autoscalingv2ac.HPAScalingPolicy().WithType(autoscalingv2.PodsScalingPolicy).WithValue(scaleDownPods).WithPeriodSeconds(scaleDownPeriodSeconds),
@@ -148,7 +155,7 @@ func buildScaledObject(pc *callbackdv1alpha1.PaymentChannel) *unstructured.Unstr
 							},
 						},
 						"scaleDown": map[string]any{
-							"stabilizationWindowSeconds": int64(scaleDownStabilizationSecs),
+							"stabilizationWindowSeconds": int64(scaleDownStabilization(as)),
 							"selectPolicy":               string(autoscalingv2.MinChangePolicySelect),
 							"policies": []any{
 								map[string]any{"type": "Pods", "value": int64(scaleDownPods), "periodSeconds": int64(scaleDownPeriodSeconds)},

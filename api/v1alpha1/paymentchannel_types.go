@@ -167,6 +167,14 @@ type AutoscalingSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	TargetCPUUtilization int32 `json:"targetCPUUtilization,omitempty"`
+	// ScaleDownStabilizationSeconds is how long the autoscaler waits after the load drops before
+	// it gives pods back (the highest recommendation within the window wins). Providers resend in
+	// waves, so the default is long; a short window suits test and staging clusters.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	ScaleDownStabilizationSeconds *int32 `json:"scaleDownStabilizationSeconds,omitempty"`
 	// PodMetric adds a per-pod callbackd metric to CPU.
 	// +optional
 	PodMetric *PodMetricTarget `json:"podMetric,omitempty"`
