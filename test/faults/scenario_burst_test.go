@@ -40,7 +40,7 @@ func TestScenario7Burst64(t *testing.T) {
 		{name: "database-gates-only", redis: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := NewEnv(t, EnvOptions{Redis: tc.redis})
+			e := NewEnv(t, EnvOptions{Postgres: SharedPostgres(t), Redis: tc.redis})
 			a := e.StartCallbackd("a", CallbackdOptions{})
 			b := e.StartCallbackd("b", CallbackdOptions{})
 			targets := []*Callbackd{a, b}

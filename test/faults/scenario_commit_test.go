@@ -24,7 +24,7 @@ import (
 // have no effect, the reset-after orders have theirs; after the provider's retries every order
 // is paid exactly once, and the checker's invariants hold.
 func TestScenario5ResetDuringCommit(t *testing.T) {
-	e := NewEnv(t, EnvOptions{Redis: true})
+	e := NewEnv(t, EnvOptions{Postgres: SharedPostgres(t), Redis: true})
 	pgp := e.NewPGProxyFor()
 	a := e.StartCallbackdPG("a", pgp, CallbackdOptions{})
 	b := e.StartCallbackdPG("b", pgp, CallbackdOptions{})

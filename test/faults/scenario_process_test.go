@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ import (
 // entry, one event id per order), including while the dead process's Redis claims are still
 // held; the checker's invariants hold.
 func TestScenario6KillAfterCommit(t *testing.T) {
-	e := NewEnv(t, EnvOptions{Redis: true})
+	e := NewEnv(t, EnvOptions{Postgres: SharedPostgres(t), Redis: true})
 	pgp := e.NewPGProxyFor()
 	a := e.StartCallbackdPG("a", pgp, CallbackdOptions{})
 	b := e.StartCallbackdPG("b", pgp, CallbackdOptions{})
@@ -136,7 +137,12 @@ func TestScenario6KillAfterCommit(t *testing.T) {
 // success for an effect it did not commit and applies nothing a second time; one receipt, one
 // ledger entry and one event id per order; the checker's invariants hold.
 func TestScenario6PauseBeyondLockTTL(t *testing.T) {
-	const lockTTL = 5 * time.Second // the shortest callbackd accepts with its default timeouts
+	const (
+		lockTTL = 5 * time.Second // the shortest callbackd accepts with its default timeouts
+		// minFreeze keeps a frozen well past the lock TTL, whenever b finishes.
+		minFreeze = lockTTL + 3*time.Second
+	)
+	// A server of its own: its log is the evidence of the transactions it ended.
 	e := NewEnv(t, EnvOptions{Redis: true, LockTTL: lockTTL})
 	pgp := e.NewPGProxyFor()
 	a := e.StartCallbackdPG("a", pgp, CallbackdOptions{})
@@ -197,8 +203,12 @@ func TestScenario6PauseBeyondLockTTL(t *testing.T) {
 			time.Sleep(250 * time.Millisecond)
 		}
 	})
+	if d := minFreeze - time.Since(pausedAt); d > 0 {
+		time.Sleep(d)
+	}
 	stillFrozen := a.Running()
 	pausedFor := time.Since(pausedAt)
+	idleKills := strings.Count(e.PG.LogTail(500), "idle-in-transaction timeout")
 	claimsAfter := claimTokens(t, e)
 	a.Resume(t)
 	releaseOnce.Do(func() { close(release) })
@@ -229,8 +239,8 @@ func TestScenario6PauseBeyondLockTTL(t *testing.T) {
 
 	t.Logf("scenario 6 (SIGSTOP): %d COMMITs held before PostgreSQL at the pause, %d uncommitted transactions, Redis claims held by tokens: %d at the pause, %d while b finished; a frozen for %.1fs (lock TTL %s)",
 		pgp.Count(label, StageHeldQuery), uncommittedAtPause, claimsAtPause, claimsAfter, pausedFor.Seconds(), lockTTL)
-	t.Logf("scenario 6 (SIGSTOP): b acknowledged %d of %d keys while a was frozen, the first %.1fs and the last %.1fs after the SIGSTOP",
-		len(tookOver), held, firstTakeover.Seconds(), lastTakeover.Seconds())
+	t.Logf("scenario 6 (SIGSTOP): b acknowledged %d of %d keys while a was frozen, the first %.1fs and the last %.1fs after the SIGSTOP; PostgreSQL ended %d of a's idle transactions (idle-in-transaction timeout)",
+		len(tookOver), held, firstTakeover.Seconds(), lastTakeover.Seconds(), idleKills)
 	t.Logf("scenario 6 (SIGSTOP): a's answers after SIGCONT: success=%d retryable=%d other=%d; provider retries afterwards: %d resent, %d unfinished",
 		aSuccess, aRetry, aOther, res.Resent, res.Unfinished)
 	t.Logf("scenario 6 (SIGSTOP): lock contention seen: %.0f; callbacks by outcome: %s",
@@ -238,8 +248,8 @@ func TestScenario6PauseBeyondLockTTL(t *testing.T) {
 
 	faults := []Fault{{
 		Name: "SIGSTOP of callbackd a, holding claims with open transactions, for longer than the lock TTL",
-		Evidence: fmt.Sprintf("%d COMMITs held at the pgwire proxy; %d claim tokens in Redis at the SIGSTOP; frozen %.1fs > lock TTL %s (still running, not dead: %v); b took over %d keys",
-			pgp.Count(label, StageHeldQuery), claimsAtPause, pausedFor.Seconds(), lockTTL, stillFrozen, len(tookOver)),
+		Evidence: fmt.Sprintf("%d COMMITs held at the pgwire proxy; %d claim tokens in Redis at the SIGSTOP; frozen %.1fs > lock TTL %s (still running, not dead: %v); b took over %d keys; PostgreSQL ended %d idle transactions",
+			pgp.Count(label, StageHeldQuery), claimsAtPause, pausedFor.Seconds(), lockTTL, stillFrozen, len(tookOver), idleKills),
 		Happened: pgp.Count(label, StageHeldQuery) == held && claimsAtPause >= held && pausedFor > lockTTL && stillFrozen && len(tookOver) == held,
 	}}
 	r := e.Check("scenario 6 (SIGSTOP)", ns, CheckOptions{Early: []Snapshot{atPause}, Faults: faults})

@@ -21,7 +21,7 @@ import (
 // and the checker's invariants hold; the measured failure share is about 30% and includes
 // successes lost on the way back.
 func TestScenario8RetryScheduleFlaky(t *testing.T) {
-	e := NewEnv(t, EnvOptions{Redis: true})
+	e := NewEnv(t, EnvOptions{Postgres: SharedPostgres(t), Redis: true})
 	a := e.StartCallbackd("a", CallbackdOptions{})
 	b := e.StartCallbackd("b", CallbackdOptions{})
 
