@@ -121,12 +121,7 @@ func NewEnv(t testing.TB, opts EnvOptions) *Env {
 	e.DB = db
 	t.Cleanup(func() {
 		if t.Failed() {
-			p := filepath.Join(e.dir, "history.jsonl")
-			if err := e.History.WriteJSONL(p); err != nil {
-				t.Logf("write history: %v", err)
-			} else {
-				t.Logf("history of %d requests: %s", e.History.Len(), p)
-			}
+			e.writeHistory()
 		}
 	})
 	return e
@@ -393,3 +388,27 @@ func callbackdEnv(extra []string) []string {
 }
 
 func boolPtr(b bool) *bool { return &b }
+
+// HistoryDirEnv names the folder a failed test's history is written to (default
+// $TMPDIR/callback-platform-faults): the test's own temporary folder is removed when it ends.
+const HistoryDirEnv = "FAULTS_HISTORY_DIR"
+
+// writeHistory writes the history as JSONL for a failed test and logs where.
+func (e *Env) writeHistory() {
+	t := e.T
+	dir := os.Getenv(HistoryDirEnv)
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "callback-platform-faults")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("write history: %v", err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	p := filepath.Join(dir, fmt.Sprintf("%s-%s.jsonl", name, time.Now().UTC().Format("20060102T150405")))
+	if err := e.History.WriteJSONL(p); err != nil {
+		t.Logf("write history: %v", err)
+		return
+	}
+	t.Logf("history of %d requests written to %s", e.History.Len(), p)
+}
