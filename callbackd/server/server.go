@@ -3,9 +3,10 @@
 //
 // It protects the pipeline from the network: the body is read raw under a size limit, a bounded
 // number of callbacks are processed at once (beyond it a fast retryable failure, never a queue,
-// so that a storm cannot exhaust the database pool), each callback has a deadline below the
-// providers' 5 s, every connection phase has a timeout (slowloris), and a shutdown drains the
-// callbacks in flight before the process exits.
+// so that a storm cannot exhaust the database pool; a slot is taken only once the body is in, so
+// slow clients cannot hold them), each callback has a deadline below the providers' 5 s, every
+// connection phase has a timeout (slowloris), and a shutdown drains the callbacks in flight
+// before the process exits.
 package server
 
 import (
@@ -162,8 +163,26 @@ func (s *Server) handleNotify(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// The in-flight limit comes first, before the body is read: a storm beyond capacity costs
-	// a header parse and a tiny answer, and the provider retries later.
+	// The body is read before an in-flight slot is taken. A slot stands for processing (it
+	// bounds the database work); a client trickling its body must not hold one, or maxInFlight
+	// such connections would shed every callback until their read timeout, again and again
+	// (slowloris). Reading is bounded by MaxBodyBytes and the connection's ReadTimeout.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			v, msg := s.opts.Pipeline.Refuse(channel, notify.ReasonTooLarge)
+			adapter.Respond(w, v, msg)
+			return
+		}
+		// The client went away or stalled past the read timeout; answer in case it still listens.
+		s.opts.Metrics.Callbacks.WithLabelValues(channel, adapter.Provider(), metrics.OutcomeRetry).Inc()
+		adapter.Respond(w, notify.Retry, "request body unreadable")
+		return
+	}
+
+	// Then the in-flight limit: a storm beyond capacity costs a body read and a tiny answer,
+	// never a queue, and the provider retries later.
 	select {
 	case s.inflight <- struct{}{}:
 	default:
@@ -181,20 +200,6 @@ func (s *Server) handleNotify(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer cancel()
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			v, msg := s.opts.Pipeline.Refuse(channel, notify.ReasonTooLarge)
-			adapter.Respond(w, v, msg)
-			return
-		}
-		// The client went away or stalled past the read timeout; answer in case it still listens.
-		s.opts.Metrics.Callbacks.WithLabelValues(channel, adapter.Provider(), metrics.OutcomeRetry).Inc()
-		adapter.Respond(w, notify.Retry, "request body unreadable")
-		return
-	}
 	v, msg := s.opts.Pipeline.Process(ctx, channel, r, body)
 	adapter.Respond(w, v, msg)
 }
