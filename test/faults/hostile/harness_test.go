@@ -627,6 +627,9 @@ func (e *env) expectRefused(t *testing.T, r refusal) answer {
 	}
 	e.alive(t)
 	t.Logf("sent %s → %s; anomalies %s; database unchanged: %s", r.what, a, format(got), before)
+	if os.Getenv("HOSTILE_DEBUG") != "" {
+		t.Logf("log: %s", e.logTail(2))
+	}
 	return a
 }
 

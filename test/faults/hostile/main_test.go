@@ -10,6 +10,7 @@
 //
 // The tests share one callbackd process and run one after another (none is parallel), so a
 // before/after comparison of the whole database belongs to the test that made it.
+// HOSTILE_DEBUG=1 also prints callbackd's last log lines after each refused request.
 package hostile
 
 import (
