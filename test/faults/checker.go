@@ -360,6 +360,13 @@ func Check(in CheckInput) Report {
 					status, paid, closed, exceptions[o])
 			}
 		case hasPay:
+			for _, n := range ns {
+				for _, l := range payments[o] {
+					if n.Kind == KindPayment && l.Amount != n.Amount {
+						add(InvConverged, o, "ledger amount %d, expected the notified %d", l.Amount, n.Amount)
+					}
+				}
+			}
 			if status != "PAID" || paid != 1 || len(eventIDs[o+"/payment.succeeded"]) != 1 {
 				add(InvConverged, o, "expected PAID with 1 ledger entry and 1 payment.succeeded event, got %s with %d ledger entries and %d events",
 					status, paid, len(eventIDs[o+"/payment.succeeded"]))

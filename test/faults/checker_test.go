@@ -39,6 +39,9 @@ func TestCheckerSeesPlantedViolations(t *testing.T) {
 		{name: "second ledger entry for one key", want: map[string]int{InvAtMostOnce: 1, InvConverged: 1}, plant: func(in *CheckInput, _ time.Time) {
 			in.Final.Ledger = append(in.Final.Ledger, LedgerRow{OrderNo: "o-a", EntryType: "payment", Amount: 100})
 		}},
+		{name: "ledger amount differs from the notification", want: map[string]int{InvConverged: 1}, plant: func(in *CheckInput, _ time.Time) {
+			in.Final.Ledger[2].Amount = 99
+		}},
 		{name: "two event ids for one effect", want: map[string]int{InvAtMostOnce: 1, InvConverged: 1, InvSink: 1}, plant: func(in *CheckInput, _ time.Time) {
 			in.Final.Events = append(in.Final.Events, EventRow{EventID: "ev-other", OrderNo: "o-b", EventType: "payment.succeeded"})
 		}},
