@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"sync"
@@ -112,4 +113,54 @@ func Effects(s Snapshot) map[string]EffectState {
 		}
 	}
 	return out
+}
+
+// RandomCommitFaults resets the connection at a share of the COMMITs of transactions that carry
+// one of the orders of ns, at random, every time (not only the first): half of the faults before
+// forwarding the COMMIT (rolled back), half after PostgreSQL answered it (committed, unanswered).
+// Its counters are the evidence.
+type RandomCommitFaults struct {
+	plan *CommitPlan // for its order matcher only
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	permille int64
+	commits  int64
+}
+
+// The labels RandomCommitFaults uses.
+const (
+	LabelRandomResetBefore = "random-reset-before-commit"
+	LabelRandomResetAfter  = "random-reset-after-commit"
+)
+
+// NewRandomCommitFaults faults rate of the commits of ns's orders; seed makes it reproducible.
+func NewRandomCommitFaults(ns []Notification, rate float64, seed uint64) *RandomCommitFaults {
+	return &RandomCommitFaults{plan: NewCommitPlan(ns), rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d)),
+		permille: int64(rate * 1000)}
+}
+
+// Commits is the number of matching COMMITs seen (faulted or not).
+func (f *RandomCommitFaults) Commits() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commits
+}
+
+// Rule is the PGRule.
+func (f *RandomCommitFaults) Rule(q PGQuery) PGAction {
+	if !q.IsCommit() || len(q.Tx) == 0 || f.plan.re.Find(q.Tx) == nil {
+		return PGAction{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.commits++
+	n := f.rng.Int64N(2000)
+	switch {
+	case n < f.permille:
+		return PGAction{Label: LabelRandomResetBefore, ResetBefore: true}
+	case n < 2*f.permille:
+		return PGAction{Label: LabelRandomResetAfter, ResetAfter: true}
+	}
+	return PGAction{}
 }

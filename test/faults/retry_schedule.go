@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,14 +44,15 @@ func (r ScheduleResult) String() string {
 }
 
 // ReplaySchedule plays the provider's retry schedule, time-compressed: every notification is
-// delivered to target and, while the answer is anything but success (a provider knows no
+// delivered to the targets (in turn, as through a load balancer) and, while the answer is anything but success (a provider knows no
 // permanent failure), resent after the next wait of schedule divided by compress, at most
 // len(schedule) times. Attempts are recorded in the history with phases "attempt-01",
 // "attempt-02", …; every attempt of one notification carries the same webhook-id, freshly
 // signed. concurrency notifications are replayed at once.
-func (e *Env) ReplaySchedule(ctx context.Context, ns []Notification, target *Callbackd, schedule []time.Duration, compress float64, concurrency int) ScheduleResult {
+func (e *Env) ReplaySchedule(ctx context.Context, ns []Notification, targets []*Callbackd, schedule []time.Duration, compress float64, concurrency int) ScheduleResult {
 	res := ScheduleResult{AttemptsToAck: map[int]int{}}
 	var mu sync.Mutex
+	var next atomic.Uint64
 	start := time.Now()
 	Parallel(len(ns), concurrency, func(i int) {
 		n := ns[i]
@@ -63,6 +65,7 @@ func (e *Env) ReplaySchedule(ctx context.Context, ns []Notification, target *Cal
 				mu.Unlock()
 				return
 			}
+			target := targets[(next.Add(1)-1)%uint64(len(targets))]
 			op := e.Send(ctx, target, n, msgID, fmt.Sprintf("attempt-%02d", attempt))
 			mu.Lock()
 			res.Attempts++
@@ -88,4 +91,26 @@ func (e *Env) ReplaySchedule(ctx context.Context, ns []Notification, target *Cal
 	})
 	res.Elapsed = time.Since(start)
 	return res
+}
+
+// LatencySummary is the answer latency of a set of ops: p50, p99 and max, and the slowest op.
+func LatencySummary(ops []Op) string {
+	if len(ops) == 0 {
+		return "no requests"
+	}
+	ds := make([]time.Duration, len(ops))
+	slowest := 0
+	for i, op := range ops {
+		ds[i] = op.Answered.Sub(op.Sent)
+		if ds[i] > ds[slowest] {
+			slowest = i
+		}
+	}
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	q := func(p float64) time.Duration { return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))] }
+	s := ops[slowest]
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (%s %s on %s: %s %d %q)",
+		q(0.50).Round(time.Microsecond), q(0.99).Round(time.Microsecond), ds[slowest].Round(time.Microsecond),
+		s.Phase, s.OrderNo, s.Instance, s.Class, s.Status, s.Body)
 }
