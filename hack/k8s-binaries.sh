@@ -101,12 +101,24 @@ build_kwok() {
 }
 
 build_metrics_server() {
-  [ -x "$bin/metrics-server" ] && return 0
-  log "building metrics-server $METRICS_SERVER_VERSION (first time only)"
-  # The version flag lets kwokctl read the version; metrics-server has no replace lines, so it installs as is.
-  GOBIN="$bin" go install -trimpath \
-    -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
-    "sigs.k8s.io/metrics-server/cmd/metrics-server@$METRICS_SERVER_VERSION"
+  if [ ! -x "$bin/metrics-server" ]; then
+    log "building metrics-server $METRICS_SERVER_VERSION (first time only)"
+    # The version flag lets kwokctl read the version; metrics-server has no replace lines, so it installs as is.
+    GOBIN="$bin" go install -trimpath \
+      -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
+      "sigs.k8s.io/metrics-server/cmd/metrics-server@$METRICS_SERVER_VERSION"
+  fi
+  # kwokctl registers metrics-server from its release manifest, which it would download; the same
+  # objects (RBAC, Service, APIService) come with the module source, so they are cached here.
+  [ -s "$bin/metrics-server-components.yaml" ] && return 0
+  local msdir
+  msdir=$(cd "$cache" && GOFLAGS= go mod download -json "sigs.k8s.io/metrics-server@$METRICS_SERVER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -n "$msdir" ] && [ -f "$msdir/manifests/base/apiservice.yaml" ] || { log "metrics-server $METRICS_SERVER_VERSION manifests not found in the module cache"; exit 1; }
+  for f in rbac service apiservice; do
+    echo "---"
+    cat "$msdir/manifests/base/$f.yaml"
+  done > "$bin/metrics-server-components.yaml.tmp"
+  mv "$bin/metrics-server-components.yaml.tmp" "$bin/metrics-server-components.yaml"
 }
 
 case "$what" in
