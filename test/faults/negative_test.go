@@ -122,7 +122,13 @@ func TestNegativeControlUnguardedUpdate(t *testing.T) {
 			case tc.wantFails && sm == 0:
 				t.Errorf("negative control: expected %s violations (orders both paid and closed), got none: %s", InvStateMachine, r.Summary(5))
 			case tc.wantFails:
-				t.Logf("negative control holds: %d orders took two transitions out of PENDING", sm)
+				twice := map[string]bool{}
+				for _, v := range r.Violations {
+					if v.Invariant == InvStateMachine {
+						twice[v.Key] = true
+					}
+				}
+				t.Logf("negative control holds: %d of %d orders broke the state machine (%d violations), e.g. paid and closed", len(twice), orders, sm)
 			default:
 				RequireOK(t, r)
 			}
