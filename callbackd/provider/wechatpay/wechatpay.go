@@ -53,9 +53,10 @@ const (
 	DefaultTolerance = 5 * time.Minute
 )
 
-// maxDepth bounds the nesting of the envelope and of the plaintext; WeChat Pay's are at most
-// four levels deep (promotion_detail[].goods_detail[]).
-const maxDepth = 16
+// strictOptions check the envelope and the plaintext: WeChat Pay's are at most four levels deep
+// (promotion_detail[].goods_detail[]), and both are decoded into structs, whose fields
+// encoding/json matches case-insensitively.
+var strictOptions = strictjson.Options{MaxDepth: 16, FoldCase: true}
 
 // signedHeaders are the headers the verification reads; each must appear at most once, or a
 // proxy and callbackd could each believe a different one.
@@ -179,7 +180,7 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, raw []byte) (notify.
 	}
 	// Signed bytes that parsers read differently (duplicate names, invalid UTF-8) are refused
 	// before anything in them is believed.
-	if err := strictjson.Check(raw, maxDepth); err != nil {
+	if err := strictjson.Check(raw, strictOptions); err != nil {
 		return notify.Notification{}, &notify.Error{Reason: notify.ReasonMalformed, Detail: "body is not strict JSON", Err: err}
 	}
 	var env body
@@ -193,7 +194,7 @@ func (a *Adapter) Parse(_ context.Context, r *http.Request, raw []byte) (notify.
 	if err != nil {
 		return notify.Notification{}, err
 	}
-	if err := strictjson.Check(plain, maxDepth); err != nil {
+	if err := strictjson.Check(plain, strictOptions); err != nil {
 		return notify.Notification{}, &notify.Error{Reason: notify.ReasonMalformed, Detail: "resource plaintext is not strict JSON", Err: err}
 	}
 	n := notify.Notification{

@@ -13,10 +13,15 @@ import (
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
+	"github.com/seed-1cff2221/callback-platform/callbackd/provider/internal/strictjson"
 )
 
 // maxDepth bounds the nesting of a path, so a configuration typo cannot make lookups expensive.
 const maxDepth = 16
+
+// maxBodyDepth bounds the nesting of a body: generic providers' events are a dozen levels deep
+// at most.
+const maxBodyDepth = 64
 
 // Fields are resolved field paths and event-type sets.
 type Fields struct {
@@ -110,6 +115,12 @@ func set(items []string) map[string]bool {
 // not act on gets StatusIgnored, so the provider stops resending it. When an account path is
 // configured, the body's account must equal n.MerchantID. Errors are *notify.Error values.
 func (f Fields) Extract(body []byte, n *notify.Notification) error {
+	// Signed bytes that parsers read differently (a name twice: decoding into a map keeps the
+	// last, other readers the first; invalid UTF-8) are refused. Names are looked up exactly,
+	// so names differing only by case are distinct and allowed.
+	if err := strictjson.Check(body, strictjson.Options{MaxDepth: maxBodyDepth}); err != nil {
+		return &notify.Error{Reason: notify.ReasonMalformed, Detail: "body is not strict JSON", Err: err}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var doc any

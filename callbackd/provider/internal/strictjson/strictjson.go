@@ -3,10 +3,10 @@
 //
 //   - invalid UTF-8 (encoding/json replaces it with U+FFFD, so two different signed byte strings
 //     would mean the same thing);
-//   - an object with two members of the same name, compared after unescaping and under Unicode
-//     case folding (encoding/json keeps the last of two equal names and matches struct fields
-//     case-insensitively, other parsers keep the first: the same signed bytes would mean
-//     different things to different readers);
+//   - an object with two members of the same name, compared after unescaping, and optionally
+//     under Unicode case folding (encoding/json keeps the last of two equal names and, decoding
+//     into a struct, matches fields case-insensitively; other parsers keep the first: the same
+//     signed bytes would mean different things to different readers);
 //   - nesting deeper than the caller allows (provider bodies are a few levels deep);
 //   - anything after the first value.
 //
@@ -39,9 +39,19 @@ type frame struct {
 	names     map[string]struct{}
 }
 
+// Options say how strict Check is.
+type Options struct {
+	// MaxDepth is the deepest nesting of objects and arrays accepted.
+	MaxDepth int
+	// FoldCase also refuses names equal under Unicode case folding: use it for documents
+	// decoded into structs by encoding/json, which match field names that way. Documents read
+	// as maps (exact names) need not refuse names that differ only by case.
+	FoldCase bool
+}
+
 // Check returns nil when b is one JSON value, valid UTF-8, with no duplicate member names and
-// no more than maxDepth nested objects and arrays. Errors never quote the document.
-func Check(b []byte, maxDepth int) error {
+// no more than o.MaxDepth nested objects and arrays. Errors never quote the document.
+func Check(b []byte, o Options) error {
 	if !utf8.Valid(b) {
 		return ErrInvalidUTF8
 	}
@@ -64,8 +74,8 @@ func Check(b []byte, maxDepth int) error {
 				if top != nil && top.object {
 					top.expectKey = true // this value completes the member
 				}
-				if len(stack) >= maxDepth {
-					return fmt.Errorf("%w: more than %d levels", ErrTooDeep, maxDepth)
+				if len(stack) >= o.MaxDepth {
+					return fmt.Errorf("%w: more than %d levels", ErrTooDeep, o.MaxDepth)
 				}
 				f := &frame{object: v == '{', expectKey: v == '{'}
 				if f.object {
@@ -78,7 +88,10 @@ func Check(b []byte, maxDepth int) error {
 			}
 		case string:
 			if top != nil && top.object && top.expectKey {
-				name := fold(v)
+				name := v
+				if o.FoldCase {
+					name = fold(v)
+				}
 				if _, dup := top.names[name]; dup {
 					return fmt.Errorf("%w: %q", ErrDuplicateName, truncate(v))
 				}

@@ -26,9 +26,6 @@ func TestCheck(t *testing.T) {
 		{"duplicate member inside an array", `[{"a":1},{"a":1,"a":2}]`, strictjson.ErrDuplicateName},
 		{"duplicate member after a nested value", `{"a":{"b":[1,{"c":2}]},"d":3,"a":4}`, strictjson.ErrDuplicateName},
 		{"duplicate through an escape", `{"out_trade_no":"1","out\u005ftrade_no":"2"}`, strictjson.ErrDuplicateName},
-		{"duplicate by case", `{"resource":1,"Resource":2}`, strictjson.ErrDuplicateName},
-		{"duplicate by Kelvin sign", `{"k":1,"` + "\u212a" + `":2}`, strictjson.ErrDuplicateName},
-		{"duplicate by long s", `{"s":1,"` + "\u017f" + `":2}`, strictjson.ErrDuplicateName},
 		{"one level too deep", deep(9), strictjson.ErrTooDeep},
 		{"100,000 levels", deep(100000), strictjson.ErrTooDeep},
 		{"deep objects", deepObj(1000), strictjson.ErrTooDeep},
@@ -43,14 +40,34 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := strictjson.Check([]byte(tc.doc), 8)
-			switch {
-			case tc.want == nil && err != nil:
-				t.Errorf("expected accepted, got %v", err)
-			case tc.want != nil && !errors.Is(err, tc.want):
-				t.Errorf("expected %v, got %v", tc.want, err)
+			for _, fold := range []bool{true, false} {
+				want := tc.want
+				err := strictjson.Check([]byte(tc.doc), strictjson.Options{MaxDepth: 8, FoldCase: fold})
+				switch {
+				case want == nil && err != nil:
+					t.Errorf("FoldCase=%v: expected accepted, got %v", fold, err)
+				case want != nil && !errors.Is(err, want):
+					t.Errorf("FoldCase=%v: expected %v, got %v", fold, want, err)
+				}
 			}
 		})
+	}
+}
+
+// Names equal only under case folding are duplicates for struct decoding (FoldCase), distinct
+// names for documents read as maps.
+func TestCheckFoldCase(t *testing.T) {
+	for _, doc := range []string{
+		`{"resource":1,"Resource":2}`,
+		`{"k":1,"` + "\u212a" + `":2}`, // Kelvin sign
+		`{"s":1,"` + "\u017f" + `":2}`, // long s
+	} {
+		if err := strictjson.Check([]byte(doc), strictjson.Options{MaxDepth: 8, FoldCase: true}); !errors.Is(err, strictjson.ErrDuplicateName) {
+			t.Errorf("%s with FoldCase: expected %v, got %v", doc, strictjson.ErrDuplicateName, err)
+		}
+		if err := strictjson.Check([]byte(doc), strictjson.Options{MaxDepth: 8}); err != nil {
+			t.Errorf("%s without FoldCase: expected accepted, got %v", doc, err)
+		}
 	}
 }
 
@@ -59,6 +76,6 @@ func FuzzCheck(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = strictjson.Check(b, 16) // must not panic or hang
+		_ = strictjson.Check(b, strictjson.Options{MaxDepth: 16, FoldCase: true}) // must not panic or hang
 	})
 }
