@@ -48,6 +48,14 @@ const (
 	maxInFlight       = 32
 )
 
+// Time limits of the answers. A refusal does little work, but the machine is shared with other
+// suites (make test-faults runs packages in parallel on 2 cores), so "quickly" has headroom; a
+// genuine notification must be answered within the providers' 5 s answer deadline.
+const (
+	quickRefusal     = 3 * time.Second
+	providerDeadline = 5 * time.Second
+)
+
 // env is the deployment under attack: PostgreSQL, Redis Sentinel, one callbackd process and the
 // provider's signing keys (paysim).
 type env struct {
