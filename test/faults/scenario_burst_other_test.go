@@ -3,4 +3,4 @@
 package faults
 
 // realtimeThread is a no-op outside Linux: the release runs at normal priority.
-func realtimeThread() bool { return false }
+func realtimeThread() (ok bool, restore func() error) { return false, func() error { return nil } }

@@ -168,31 +168,43 @@ func (e *Env) burst(ctx context.Context, n Notification, targets []*Callbackd, c
 	for i := range raws {
 		last[i] = raws[i][len(raws[i])-1:]
 	}
-	// The release loop runs on a thread of its own at real-time priority when allowed (the
-	// woken callbackd threads would otherwise preempt it on a busy machine), out of the
-	// collector's way. The goroutine ends locked to its thread, so the thread ends with it.
+	// The release loop runs locked to its thread at real-time priority when allowed (the woken
+	// callbackd threads would otherwise preempt it on a busy machine), out of the collector's
+	// way; the thread gets its normal priority back before it is unlocked.
 	var (
-		start    time.Time
-		rt       bool
-		writeErr error
+		start      time.Time
+		rt         bool
+		writeErr   error
+		restoreErr error
 	)
 	gc := debug.SetGCPercent(-1)
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
 		runtime.LockOSThread()
-		rt = realtimeThread()
+		var restore func() error
+		rt, restore = realtimeThread()
 		start = time.Now()
 		for i, c := range conns {
 			if _, err := c.Write(last[i]); err != nil {
 				writeErr = fmt.Errorf("release write: %w", err)
-				return
+				break
 			}
 			sent[i] = time.Now()
 		}
+		if restoreErr = restore(); restoreErr != nil {
+			// Never hand a real-time thread back to the scheduler, and never let it exit (its
+			// exit would SIGKILL the children it forked): park this goroutine on it for good.
+			close(released)
+			select {}
+		}
+		runtime.UnlockOSThread()
 	}()
 	<-released
 	debug.SetGCPercent(gc)
+	if restoreErr != nil {
+		return burstResult{}, fmt.Errorf("restore the release thread's priority: %w", restoreErr)
+	}
 	if writeErr != nil {
 		return burstResult{}, writeErr
 	}
