@@ -209,8 +209,12 @@ func cpuProfile(ctx context.Context, r *replica, dir, name string, d time.Durati
 	return path, f.Close()
 }
 
-// pprofTop returns the top entries of `go tool pprof -top` of a saved profile.
-func pprofTop(ctx context.Context, bin, path string) (string, error) {
+// pprofTop returns the top entries of `go tool pprof -top` of a saved profile, headed by how busy
+// callbackd was while the load ran (window: the part of the profile during which it ran).
+func pprofTop(ctx context.Context, bin, path string, window time.Duration) (string, error) {
+	if path == "" {
+		return "", nil
+	}
 	out, err := execCommand(ctx, goTool(), "tool", "pprof", "-top", "-nodecount=15", bin, path).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("bench: go tool pprof -top: %w\n%s", err, tail(string(out), 10))
@@ -224,16 +228,21 @@ func pprofTop(ctx context.Context, bin, path string) (string, error) {
 		keep = append(keep, line)
 	}
 	top := strings.Join(keep, "\n")
-	if m := samplesLine.FindStringSubmatch(top); m != nil {
-		if busy, err := strconv.ParseFloat(m[1], 64); err == nil {
-			verdict := "it was mostly waiting (for PostgreSQL, Redis or its clients), not computing: the CPU entries below are not what limits it"
-			if busy >= 100 {
-				verdict = "it was computing: the entries below are where the time goes"
-			}
-			top = fmt.Sprintf("callbackd was on CPU %.0f%% of the time (100%% = one core busy): %s.\n\n%s", busy, verdict, top)
-		}
+	m := samplesLine.FindStringSubmatch(top)
+	if m == nil || window <= 0 {
+		return top, nil
 	}
-	return top, nil
+	samples, err := time.ParseDuration(m[1])
+	if err != nil {
+		return top, nil
+	}
+	busy := 100 * samples.Seconds() / window.Seconds()
+	verdict := "it was mostly waiting (for PostgreSQL, Redis or its clients), not computing: the CPU entries below are not what limits it"
+	if busy >= 100 {
+		verdict = "it was computing: the entries below are where the time goes"
+	}
+	return fmt.Sprintf("During the load (%.1f s of the profile), callbackd was on CPU %.0f%% of the time (100%% = one core busy): %s.\n\n%s",
+		window.Seconds(), busy, verdict, top), nil
 }
 
-var samplesLine = regexp.MustCompile(`Total samples = [^(]*\(([0-9.]+)%\)`)
+var samplesLine = regexp.MustCompile(`Total samples = ([0-9.]+[a-z]+)`)

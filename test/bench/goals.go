@@ -26,12 +26,12 @@ func (r *runner) goals(ctx context.Context, rep *Report, uniq, win, red, uniqDow
 			g.Ratio = value / limitV
 		}
 		g.Met = g.Ratio >= min
-		g.Profile = r.profiles[id]
+		g.Profile = id // replaced by the profile's top entries below
 		return g
 	}
 	atMost := func(id, figure string, value, maxV float64, unit, profile string) Goal {
 		g := Goal{ID: id, Figure: figure, Value: value, Unit: unit, Target: fmt.Sprintf("≤ %s", num(maxV, unit)), Met: value > 0 && value <= maxV}
-		g.Profile = r.profiles[profile]
+		g.Profile = profile
 		return g
 	}
 	gs := []Goal{
@@ -44,7 +44,7 @@ func (r *runner) goals(ctx context.Context, rep *Report, uniq, win, red, uniqDow
 	}
 	before := Goal{ID: "storm-before-db", Figure: "duplicate storm: duplicates that never reached PostgreSQL",
 		Value: rep.Storm.BeforeDatabasePct, Unit: "%", Target: "≥ 99.70%", Met: rep.Storm.BeforeDatabasePct >= 99.7}
-	before.Profile = r.profiles["storm"]
+	before.Profile = "storm"
 	gs = append(gs, before,
 		ratio("down-dup", "Redis down: duplicates (PostgreSQL receipt)", "(b) pgbench", b, dupDown.Throughput, 0.5),
 		ratio("down-unique", "Redis down: unique callbacks", "(a) pgbench", a, uniqDown.Throughput, 0.6),
@@ -66,12 +66,12 @@ func (r *runner) goals(ctx context.Context, rep *Report, uniq, win, red, uniqDow
 		Value: float64(rep.CallbackdDoubleEffects), Unit: "", Target: "0", Met: rep.CallbackdDoubleEffects == 0})
 	// The profiles of the goals not met, as `go tool pprof -top` shows them.
 	for i := range gs {
-		path := gs[i].Profile
+		id := gs[i].Profile
 		gs[i].Profile = ""
-		if gs[i].Met || path == "" {
+		if gs[i].Met || id == "" {
 			continue
 		}
-		top, err := pprofTop(ctx, r.callbackd, path)
+		top, err := pprofTop(ctx, r.callbackd, r.profiles[id], r.windows[id])
 		if err != nil {
 			r.step("warning: %v", err)
 			continue

@@ -110,7 +110,8 @@ type runner struct {
 	cfg        config.File
 	procs      []*process
 	replicas   []*replica
-	profiles   map[string]string
+	profiles   map[string]string        // scenario id → saved CPU profile
+	windows    map[string]time.Duration // scenario id → how long the load ran inside the profile
 	rep        *Report
 	orderCount int
 }
@@ -128,7 +129,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.OutDir == "" {
 		return nil, errors.New("bench: OutDir is required")
 	}
-	r := &runner{opts: opts, sz: sizesFor(opts.Quick), log: opts.Log, start: time.Now(), profiles: map[string]string{}}
+	r := &runner{opts: opts, sz: sizesFor(opts.Quick), log: opts.Log, start: time.Now(), profiles: map[string]string{}, windows: map[string]time.Duration{}}
 	if opts.ScaleReceipts > 0 {
 		r.sz.scaleReceipts = opts.ScaleReceipts
 	}
@@ -168,7 +169,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		"Load generator: Go, in the runner's process, persistent keep-alive connections on loopback. Closed loop (fixed concurrency, next request on each answer) for maximum throughput; open loop (fixed rate) for the 50% and 80% runs, with latency measured from each request's scheduled send time, so a server that falls behind is charged for its queue (no coordinated omission). Percentiles are exact (every sample kept).",
 		"callbackd runs with its default limits (database.maxConns 20, maxInFlight 256, 60 s gateway window), a Redis Sentinel group (1 master, 1 replica, 3 Sentinels), the outbox dispatcher and retention sweeper on, the reconciler off. It is built from test/bench/cmd/callbackd-pprof: cmd/callbackd plus a loopback pprof listener used for the profiles.",
 		"The limit handler (d) and the designs from the field run as processes of their own (test/bench/cmd/benchserver), like callbackd, on callbackd's own WeChat Pay adapter.",
-		"Redis down: the Redis master, replica and Sentinels are stopped; unique callbacks go to a replica, duplicates to the other replica, whose window has never seen them, so each one is stopped by the PostgreSQL receipt.",
+		"Redis down: the Redis master, replica and Sentinels are stopped; fresh unique callbacks go to one replica, then the same notifications once each to the other replica, whose window has never seen them, so each duplicate is stopped by the PostgreSQL receipt.",
+		"Peak RSS: a fresh replica receives duplicates on 1,000 concurrent keep-alive connections; answers other than 204 there are callbackd's retryable failure when its in-flight limit (256) or its Redis and PostgreSQL pools are exhausted, as designed under overload. VmHWM is read from /proc after the run.",
 		"Scale: the receipts are preloaded with one INSERT … SELECT generate_series, then ANALYZE; the scale figures are compared with the Redis-down figures (database gates alone), where the size of the receipts table matters; with Redis up, a duplicate does not touch the table.",
 	)
 	return rep, nil
@@ -415,5 +417,6 @@ func (r *runner) profiled(ctx context.Context, rep *replica, id string, load fun
 	})
 	res := load()
 	wg.Wait()
+	r.windows[id] = min(r.sz.profile, res.Elapsed)
 	return res
 }
