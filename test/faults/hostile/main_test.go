@@ -55,6 +55,13 @@ func run(m *testing.M) int {
 	}
 	suite = e
 	code := m.Run()
+	// After all the hostile traffic, callbackd's log must not carry a secret or personal data.
+	if found, err := e.secretsInLog(); err != nil || len(found) > 0 {
+		fmt.Fprintf(os.Stderr, "hostile: callbackd's log after the suite: expected no secret, found %v (%v)\n", found, err)
+		code = 1
+	} else if code == 0 {
+		fmt.Println("hostile: callbackd's log after the suite carries no secret (APIv3 key, API token, private keys, payer openid)")
+	}
 	if err := e.close(); err != nil {
 		fmt.Fprintf(os.Stderr, "hostile: tear down: %v\n", err)
 		code = 1
