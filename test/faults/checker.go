@@ -109,6 +109,7 @@ type Violation struct {
 	Detail    string
 }
 
+// String formats the violation as "[invariant] key: detail".
 func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Invariant, v.Key, v.Detail) }
 
 // Counts are the scenario's numbers, printed with its evidence.
@@ -120,6 +121,7 @@ type Counts struct {
 	Faults                                   int
 }
 
+// String formats the counts on one line, for the scenario logs.
 func (c Counts) String() string {
 	return fmt.Sprintf("notifications=%d requests=%d (success=%d retryable=%d rejected=%d no-answer=%d) receipts=%d ledger=%d events=%d exceptions=%d sink deliveries=%d (distinct events %d) faults=%d",
 		c.Notifications, c.Requests, c.Successes, c.Retryable, c.Rejected, c.NoAnswer,

@@ -23,6 +23,7 @@ const (
 	Refuse
 )
 
+// String names the mode.
 func (m LinkMode) String() string {
 	switch m {
 	case Pass:
