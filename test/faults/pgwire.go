@@ -111,10 +111,22 @@ type PGAction struct {
 	// ResetAfter resets both connections when the answer arrives (after HoldAfter) instead of
 	// relaying it: PostgreSQL executed the query, the client never learns it.
 	ResetAfter bool
+	// ReplaceSQL, when not empty, is forwarded instead of the query (e.g. "rollback" for a
+	// "commit"). Only for negative controls: it makes the proxy lie.
+	ReplaceSQL string
+	// AnswerTag, when not empty, replaces the command tag of PostgreSQL's CommandComplete
+	// answer (e.g. "COMMIT" for the "ROLLBACK" of a replaced commit: a lost commit that the
+	// client believes durable). Only for negative controls.
+	AnswerTag string
 }
 
 func (a PGAction) zero() bool {
-	return a.HoldBefore == nil && !a.ResetBefore && a.HoldAfter == nil && !a.ResetAfter
+	return a.HoldBefore == nil && !a.ResetBefore && a.HoldAfter == nil && !a.ResetAfter && a.ReplaceSQL == "" && a.AnswerTag == ""
+}
+
+// afterStages reports whether the action waits for its query's answer.
+func (a PGAction) afterStages() bool {
+	return a.HoldAfter != nil || a.ResetAfter || a.AnswerTag != ""
 }
 
 // The stages counted per label.
@@ -132,6 +144,10 @@ const (
 	StageResetAfter = "reset-after"
 	// StageRelayed: PostgreSQL's answer to an acted-on query was relayed to the client.
 	StageRelayed = "relayed"
+	// StageReplaced: the query was replaced by PGAction.ReplaceSQL (negative controls).
+	StageReplaced = "replaced"
+	// StageRetagged: the answer's command tag was replaced by PGAction.AnswerTag.
+	StageRetagged = "retagged"
 	// StageAnswerPrefix + the command tag ("COMMIT", "ROLLBACK") or "ERROR" counts the answers
 	// PostgreSQL gave to acted-on queries.
 	StageAnswerPrefix = "answer:"
@@ -454,7 +470,11 @@ func (s *pgSession) apply(act PGAction, msg []byte, w *bufio.Writer, write func(
 		s.reset()
 		return false
 	}
-	if act.HoldAfter != nil || act.ResetAfter {
+	if act.ReplaceSQL != "" {
+		msg = simpleQuery(act.ReplaceSQL)
+		s.p.count(act.Label, StageReplaced)
+	}
+	if act.afterStages() {
 		a := act
 		s.pending.Store(&a) // before forwarding: the answer cannot arrive earlier
 	}
@@ -534,6 +554,10 @@ func (s *pgSession) answer(act PGAction, msg []byte, w *bufio.Writer) bool {
 		s.reset()
 		return false
 	}
+	if act.AnswerTag != "" && msg[0] == 'C' {
+		msg = commandComplete(act.AnswerTag)
+		s.p.count(act.Label, StageRetagged)
+	}
 	if _, err := w.Write(msg); err != nil {
 		return false
 	}
@@ -588,4 +612,21 @@ func readTypedRest(r *bufio.Reader, typ byte) ([]byte, error) {
 		return nil, err
 	}
 	return msg, nil
+}
+
+// simpleQuery encodes a simple-protocol Query message.
+func simpleQuery(sql string) []byte {
+	return typedMessage('Q', append([]byte(sql), 0))
+}
+
+// commandComplete encodes a CommandComplete message with tag.
+func commandComplete(tag string) []byte {
+	return typedMessage('C', append([]byte(tag), 0))
+}
+
+func typedMessage(typ byte, body []byte) []byte {
+	msg := make([]byte, 5, 5+len(body))
+	msg[0] = typ
+	binary.BigEndian.PutUint32(msg[1:5], uint32(4+len(body)))
+	return append(msg, body...)
 }

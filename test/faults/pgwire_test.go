@@ -52,6 +52,8 @@ func TestPGProxyCommitFaults(t *testing.T) {
 			return PGAction{Label: "after", ResetAfter: true}
 		case q.TxContains("key-held"):
 			return PGAction{Label: "held", HoldAfter: release}
+		case q.TxContains("key-lost"):
+			return PGAction{Label: "lost", ReplaceSQL: "rollback", AnswerTag: "COMMIT"}
 		}
 		return PGAction{}
 	})
@@ -66,6 +68,8 @@ func TestPGProxyCommitFaults(t *testing.T) {
 		{key: "key-reset-before", label: "before", wantErr: true, wantEffect: false},
 		{key: "key-reset-after", label: "after", wantErr: true, wantEffect: true},
 		{key: "key-held", label: "held", wantErr: false, wantEffect: true},
+		// The negative-control lie: rolled back, yet the client hears COMMIT.
+		{key: "key-lost", label: "lost", wantErr: false, wantEffect: false},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			conn, err := pgx.Connect(ctx, proxied)
@@ -108,11 +112,14 @@ func TestPGProxyCommitFaults(t *testing.T) {
 		})
 	}
 	want := map[string]int64{
-		"before/" + StageResetBefore:            1,
-		"after/" + StageResetAfter:              1,
-		"after/" + StageAnswerPrefix + "COMMIT": 1,
-		"held/" + StageHeldAnswer:               1,
-		"held/" + StageRelayed:                  1,
+		"before/" + StageResetBefore:             1,
+		"after/" + StageResetAfter:               1,
+		"after/" + StageAnswerPrefix + "COMMIT":  1,
+		"held/" + StageHeldAnswer:                1,
+		"held/" + StageRelayed:                   1,
+		"lost/" + StageReplaced:                  1,
+		"lost/" + StageAnswerPrefix + "ROLLBACK": 1,
+		"lost/" + StageRetagged:                  1,
 	}
 	got := proxy.Counts()
 	for k, v := range want {

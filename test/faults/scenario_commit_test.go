@@ -129,3 +129,44 @@ func TestScenario5ResetDuringCommit(t *testing.T) {
 	r := e.Check("scenario 5", ns, CheckOptions{Early: []Snapshot{atFault}, Faults: faults})
 	RequireOK(t, r)
 }
+
+// TestScenario5NegativeControlLostCommit proves that the checker sees what scenario 5 guards
+// against. The pgwire proxy turns the COMMIT of a quarter of the orders' apply transactions
+// into a ROLLBACK and answers callbackd "COMMIT" anyway: a commit lost after it was
+// acknowledged (what synchronous_commit=off and a crash, or a lying middlebox, would do).
+// callbackd then answers success for effects that do not exist, and the checker must report
+// those keys as false successes (and as never applied); the test fails if it does not.
+func TestScenario5NegativeControlLostCommit(t *testing.T) {
+	e := NewEnv(t, EnvOptions{Postgres: SharedPostgres(t), Redis: true})
+	pgp := e.NewPGProxyFor()
+	a := e.StartCallbackdPG("a", pgp, CallbackdOptions{})
+	b := e.StartCallbackdPG("b", pgp, CallbackdOptions{})
+	targets := []*Callbackd{a, b}
+
+	const label = "commit-turned-rollback-answered-commit"
+	ns := e.NewPayments("s5neg", 40)
+	e.RegisterOrders(a, ns)
+	lost := ns[:10]
+	plan := NewCommitPlan(ns)
+	for _, n := range lost {
+		plan.Set(n.OrderNo, PGAction{Label: label, ReplaceSQL: "rollback", AnswerTag: "COMMIT"})
+	}
+	pgp.SetRule(plan.Rule)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
+	defer cancel()
+	e.Storm(ctx, ns, StormOptions{Targets: targets, Concurrency: 16, Phase: "storm"})
+	pgp.SetRule(nil)
+	e.ProviderRetries(ctx, ns, targets, 10)
+
+	r := e.Check("scenario 5 negative control (lost commits)", ns, CheckOptions{Faults: []Fault{{
+		Name: "COMMIT replaced by ROLLBACK and answered COMMIT",
+		Evidence: fmt.Sprintf("%d commits replaced, %d answers retagged, PostgreSQL answered ROLLBACK %d times",
+			pgp.Count(label, StageReplaced), pgp.Count(label, StageRetagged), pgp.Count(label, StageAnswerPrefix+"ROLLBACK")),
+		Happened: pgp.Count(label, StageRetagged) == int64(len(lost)),
+	}}})
+	by := r.ByInvariant()
+	t.Logf("scenario 5 negative control: checker violations by invariant: %v", by)
+	if r.OK() || by[InvNoFalseSuccess] < len(lost) || by[InvConverged] < len(lost) || by[InvFaultEvidence] != 0 {
+		t.Errorf("negative control: expected the checker to report the %d lost commits as no-false-success and converged violations (and the fault to have happened), got %v", len(lost), by)
+	}
+}
