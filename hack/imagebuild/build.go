@@ -146,6 +146,9 @@ func buildBinaries(ctx context.Context, o options, version string, comps []compo
 		}
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", args...)
+		// On cancellation the go command is interrupted (it stops its compilers) before it is killed.
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		cmd.WaitDelay = 15 * time.Second
 		cmd.Dir = o.Root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 		if p.Variant != "" && p.Architecture == "arm" {
