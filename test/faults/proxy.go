@@ -65,6 +65,7 @@ type Proxy struct {
 	ln       net.Listener
 	mode     atomic.Int32
 	latency  atomic.Int64 // nanoseconds added before each forwarded chunk
+	closing  atomic.Bool  // set by Close: held chunks are dropped
 
 	mu     sync.Mutex
 	conns  map[*proxyConn]struct{}
@@ -159,6 +160,7 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	p.closing.Store(true)
 	err := p.ln.Close()
 	p.mu.Lock()
 	for c := range p.conns {
@@ -235,8 +237,11 @@ func (p *Proxy) pipe(dst, src net.Conn, bytes *atomic.Int64) {
 			// if the link heals while both peers still wait, as retransmitted segments would.
 			if p.Mode() == Partition {
 				p.held.Add(1)
-				for p.Mode() == Partition {
+				for p.Mode() == Partition && !p.closing.Load() {
 					time.Sleep(5 * time.Millisecond)
+				}
+				if p.closing.Load() {
+					return
 				}
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

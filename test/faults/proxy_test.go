@@ -91,3 +91,28 @@ func TestProxyModes(t *testing.T) {
 		t.Fatalf("stats: expected delayed, held, reset and refused counts above 0, got %+v", s)
 	}
 }
+
+// A test that fails in the middle of a partition must still be able to close its proxies.
+func TestProxyCloseWhilePartitioned(t *testing.T) {
+	p, err := NewProxy("test", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial the proxy: %v", err)
+	}
+	defer c.Close()
+	p.SetMode(Partition)
+	if _, err := c.Write([]byte("held\n")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	waitFor(t, 2*time.Second, "the chunk held", func() bool { return p.Stats().Held > 0 })
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close of a partitioned proxy: expected it to return, still waiting after 3s")
+	}
+}
