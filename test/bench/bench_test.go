@@ -194,15 +194,19 @@ callbackd_duplicates_stopped_total{channel="alipay",gate="window"} 4
 callbackd_duplicates_stopped_total{channel="wechat",gate="redis"} 2e+02
 callbackd_duplicates_stopped_total{channel="wechat",gate="database"} 0
 callbackd_callbacks_total{channel="wechat",outcome="applied"} 200
+callbackd_lock_contention_total{channel="wechat"} 7
 `
 	got := gateCounts{}
 	if err := parseGates(strings.NewReader(text), got); err != nil {
 		t.Fatalf("parseGates: %v", err)
 	}
-	want := gateCounts{"window": 1604, "redis": 200, "database": 0}
+	want := gateCounts{"window": 1604, "redis": 200, "database": 0, contentionKey: 7}
 	for g, n := range want {
 		if got[g] != n {
 			t.Errorf("gate %s: expected %d, got %d", g, n, got[g])
 		}
+	}
+	if got.total() != 1804 {
+		t.Errorf("total of the gates: expected 1804 (lock contention is not a gate), got %d", got.total())
 	}
 }

@@ -120,12 +120,12 @@ func (c gateCounts) sub(before gateCounts) gateCounts {
 }
 
 func (c gateCounts) total() int64 {
-	var t int64
-	for _, n := range c {
-		t += n
-	}
-	return t
+	return c["window"] + c["redis"] + c["database"]
 }
+
+// contentionKey holds callbackd_lock_contention_total in a gateCounts: callbacks that found their
+// key claimed by another request in flight (not a gate; not part of total).
+const contentionKey = "lock_contention"
 
 var gateLabel = regexp.MustCompile(`gate="([^"]*)"`)
 
@@ -162,6 +162,18 @@ func parseGates(r io.Reader, out gateCounts) error {
 	prefix := metrics.DuplicatesStoppedTotal + "{"
 	for sc.Scan() {
 		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, metrics.LockContentionTotal+"{"); ok {
+			if end := strings.LastIndexByte(rest, '}'); end >= 0 {
+				if f := strings.Fields(rest[end+1:]); len(f) > 0 {
+					v, err := strconv.ParseFloat(f[0], 64)
+					if err != nil {
+						return fmt.Errorf("value of %q: %w", line, err)
+					}
+					out[contentionKey] += int64(v)
+				}
+			}
+			continue
+		}
 		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
@@ -237,7 +249,7 @@ func pprofTop(ctx context.Context, bin, path string, window time.Duration) (stri
 		return top, nil
 	}
 	busy := 100 * samples.Seconds() / window.Seconds()
-	verdict := "it was mostly waiting (for PostgreSQL, Redis or its clients), not computing: the CPU entries below are not what limits it"
+	verdict := "it was off CPU most of the time, waiting for PostgreSQL, Redis, its clients, or a CPU of its own on a shared machine (see the load average above): the CPU entries below are not what limits it"
 	if busy >= 100 {
 		verdict = "it was computing: the entries below are where the time goes"
 	}

@@ -81,6 +81,7 @@ type LoadResult struct {
 	FirstError string
 }
 
+// String summarizes the run on one line, for progress output.
 func (r LoadResult) String() string {
 	return fmt.Sprintf("%d requests (%d ok) in %.2fs: %.0f/s, p50 %.2f ms, p99 %.2f ms",
 		r.Sent, r.OK, r.Elapsed.Seconds(), r.Throughput, ms(r.P50), ms(r.P99))

@@ -116,7 +116,8 @@ func waitHTTP(ctx context.Context, p *process, url string, timeout time.Duration
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("bench: find a free loopback port: %w", err)
 	}

@@ -88,6 +88,10 @@ type StormGates struct {
 	// Retries counts answers asking the provider to resend (a duplicate that found the first
 	// attempt still in flight).
 	Retries int `json:"retries"`
+	// LockContention counts callbacks that found their key claimed in Redis by an attempt still in
+	// flight: they wait for its result and then confirm with PostgreSQL, which is how a duplicate
+	// reaches the database while Redis is up.
+	LockContention int64 `json:"lock_contention"`
 }
 
 // DesignResult is a design from the field under the duplicate storm.
@@ -243,7 +247,8 @@ func (r *Report) Markdown() string {
 	}{{"in-process window", r.Storm.Window}, {"Redis claim / success mark", r.Storm.Redis}, {"PostgreSQL receipt", r.Storm.Database}} {
 		w("| %s | %d | %s |\n", g.n, g.v, pct(g.v, total))
 	}
-	w("\n%.2f%% of the duplicates never reached PostgreSQL; %d answers asked the provider to resend (first attempt still in flight).\n\n", r.Storm.BeforeDatabasePct, r.Storm.Retries)
+	w("\n%.2f%% of the duplicates never reached PostgreSQL; %d answers asked the provider to resend. %d callbacks found their key claimed in Redis by an attempt still in flight (callbackd_lock_contention_total): they wait for that attempt's result and then confirm it with PostgreSQL, so these are the duplicates the database sees while Redis is up; their number grows with the time a first attempt spends in its transaction.\n\n",
+		r.Storm.BeforeDatabasePct, r.Storm.Retries, r.Storm.LockContention)
 
 	w("## Designs from the field, on the same storm\n\n")
 	w("Implemented minimally inside the benchmark (`test/bench/field`), never in the product; same verification, own process.\n\n")
