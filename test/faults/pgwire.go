@@ -184,7 +184,7 @@ func (p *PGProxy) Addr() string { return p.ln.Addr().String() }
 func (p *PGProxy) DSN(dsn string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return "", fmt.Errorf("pgwire proxy: parse DSN: %w", errors.New("malformed URL")) // never quote a DSN
+		return "", errors.New("pgwire proxy: parse DSN: malformed URL") // never quote a DSN: it may carry a password
 	}
 	u.Host = p.Addr()
 	return u.String(), nil
@@ -356,8 +356,8 @@ func (s *pgSession) reset() {
 	})
 }
 
-// raw copies src to dst until either ends (after TLS was negotiated, or for a CancelRequest).
-func raw(dst io.Writer, src io.Reader) { _, _ = io.Copy(dst, src) }
+// pgRawCopy copies src to dst until either ends (after TLS was negotiated, or for a CancelRequest).
+func pgRawCopy(dst io.Writer, src io.Reader) { _, _ = io.Copy(dst, src) }
 
 // frontend relays client → PostgreSQL, parsing messages.
 func (s *pgSession) frontend() {
@@ -393,14 +393,14 @@ func (s *pgSession) frontend() {
 				return
 			}
 			if b == 'S' || b == 'G' { // encrypted from here on: relay without parsing
-				raw(s.server, r)
+				pgRawCopy(s.server, r)
 				return
 			}
 			continue
 		case pgCancelRequest:
 			if write(msg) {
 				_ = w.Flush()
-				raw(s.server, r)
+				pgRawCopy(s.server, r)
 			}
 			return
 		}
@@ -507,7 +507,7 @@ func (s *pgSession) backend() {
 			}
 			s.sslAnswer <- typ
 			if typ == 'S' || typ == 'G' {
-				raw(s.client, r)
+				pgRawCopy(s.client, r)
 				return
 			}
 			continue

@@ -140,32 +140,32 @@ func (f *FlakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fate := f.decide()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if err != nil {
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	if fate == FrontDropRequest {
 		f.add(FrontDropRequest)
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	target := f.targets[(f.next.Add(1)-1)%uint64(len(f.targets))]
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	req.Header = r.Header.Clone()
 	resp, err := f.client.Do(req)
 	if err != nil {
 		f.add(FrontUpstreamErrors)
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if err != nil {
 		f.add(FrontUpstreamErrors)
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	if fate == FrontDropAnswer {
@@ -173,7 +173,7 @@ func (f *FlakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			f.add(FrontDropAnswer2xx)
 		}
-		resetConn(w)
+		resetHTTPConn(w)
 		return
 	}
 	f.add(FrontForwarded)
@@ -182,8 +182,8 @@ func (f *FlakyFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer)
 }
 
-// resetConn resets the client's connection (TCP RST) without answering.
-func resetConn(w http.ResponseWriter) {
+// resetHTTPConn resets the client's connection (TCP RST) without answering.
+func resetHTTPConn(w http.ResponseWriter) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		panic(http.ErrAbortHandler) // the server closes the connection without an answer
