@@ -192,7 +192,7 @@ func (c *Cluster) Kwokctl(ctx context.Context, args ...string) (string, error) {
 	cmd.Dir = c.Dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
-	cmd.Stderr = io.MultiWriter(&stderr, c.log)
+	cmd.Stderr = &stderr // kwokctl logs a JSON line per step: shown only when it fails
 	cmd.WaitDelay = 10 * time.Second
 	started := time.Now()
 	err := cmd.Run()

@@ -11,10 +11,13 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -117,6 +121,7 @@ func TestAutoscaleOnKwok(t *testing.T) {
 		Nodes:  2,
 		BinDir: binDir,
 		ExtraArgs: []string{
+			"--config=" + asKwokctlConfig(t, binDir),
 			"--enable=metrics-server",
 			"--metrics-server-binary=" + metricsServer,
 			// The HPA acts every 5 s instead of 15 s, and counts a new pod's CPU at once (kwok's
@@ -219,6 +224,43 @@ func TestAutoscaleOnKwok(t *testing.T) {
 	}
 }
 
+// asManifestURL names metrics-server's manifest for kwokctl. kwokctl downloads the manifests it
+// is given by URL unless its cache already holds them, so the test puts the objects that
+// hack/k8s-binaries.sh took from metrics-server's module source into the cache under this name
+// and nothing is fetched (the .invalid domain cannot resolve).
+const asManifestURL = "https://metrics-server.invalid/callback-platform/components.yaml"
+
+// asKwokctlConfig writes a kwokctl configuration whose cache holds metrics-server's manifest.
+func asKwokctlConfig(t *testing.T, binDir string) string {
+	t.Helper()
+	manifest, err := os.ReadFile(filepath.Join(binDir, "metrics-server-components.yaml"))
+	if err != nil {
+		t.Fatalf("autoscale: metrics-server's manifest is not cached in %s: run `hack/k8s-binaries.sh metrics`: %v", binDir, err)
+	}
+	dir := t.TempDir()
+	cacheDir := filepath.Join(dir, "cache")
+	sum := sha256.Sum256([]byte(asManifestURL))
+	cached := filepath.Join(cacheDir, "manifest", hex.EncodeToString(sum[:])+".yaml")
+	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
+		t.Fatalf("autoscale: %v", err)
+	}
+	if err := os.WriteFile(cached, manifest, 0o644); err != nil {
+		t.Fatalf("autoscale: %v", err)
+	}
+	conf := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  cacheDir: %q
+  metricsServerManifests:
+  - %q
+`, cacheDir, asManifestURL)
+	path := filepath.Join(dir, "kwokctl.yaml")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatalf("autoscale: %v", err)
+	}
+	return path
+}
+
 // asInstallCRDs installs the PaymentChannel CRD from config/crd/bases.
 func asInstallCRDs(t *testing.T, cl *kwokenv.Cluster) {
 	t.Helper()
@@ -246,6 +288,13 @@ func asStartOperator(t *testing.T, cl *kwokenv.Cluster) {
 	if err := callbackdv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatalf("autoscale: scheme: %v", err)
 	}
+	// The operator's log goes to a file whose tail is printed when the test fails.
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatalf("autoscale: operator log: %v", err)
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	mgr, err := ctrl.NewManager(cl.Config, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -279,6 +328,10 @@ func asStartOperator(t *testing.T, cl *kwokenv.Cluster) {
 			}
 		case <-time.After(30 * time.Second):
 			t.Errorf("autoscale: operator manager did not stop within 30s")
+		}
+		_ = logFile.Close()
+		if t.Failed() {
+			t.Logf("autoscale: tail of the operator log:\n%s", asTail(logPath, 30))
 		}
 	})
 }
@@ -575,6 +628,19 @@ func asCheckTimeline(t *testing.T, tl asTimeline) {
 	if got := tl[len(tl)-1].Replicas; got != asMinReplicas {
 		t.Errorf("replicas at the end: want %d, got %d", asMinReplicas, got)
 	}
+}
+
+// asTail is the last n lines of a file.
+func asTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // asEventually polls cond every second until it holds, failing after timeout with cond's last word.

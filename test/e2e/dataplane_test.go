@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -337,7 +338,9 @@ func (m *mountedPod) localConfig(t *testing.T, containerPath, metricsListen, nam
 	}
 	text := string(raw)
 	for _, mp := range m.mounts {
-		text = strings.ReplaceAll(text, mp+"/", filepath.Join(m.root, mp)+"/")
+		// The mount path itself (a directory setting) or anything under it.
+		re := regexp.MustCompile(`(^|[^A-Za-z0-9_./-])` + regexp.QuoteMeta(mp) + `(/|$|[^A-Za-z0-9_.-])`)
+		text = re.ReplaceAllString(text, "${1}"+filepath.Join(m.root, mp)+"${2}")
 	}
 	f, err := config.Parse([]byte(text))
 	if err != nil {
