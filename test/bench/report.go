@@ -251,7 +251,7 @@ func (r *Report) Markdown() string {
 		r.Storm.BeforeDatabasePct, r.Storm.Retries, r.Storm.LockContention)
 
 	w("## Designs from the field, on the same storm\n\n")
-	w("Implemented minimally inside the benchmark (`test/bench/field`), never in the product; same verification, own process.\n\n")
+	w("Implemented minimally inside the benchmark (`test/bench/field`), never in the product; same verification, two instances (own processes) behind the same round-robin as callbackd's two replicas.\n\n")
 	w("| design | throughput | p99 | double effects | vs callbackd |\n| --- | ---: | ---: | ---: | ---: |\n")
 	var cbStorm Scenario
 	for _, s := range r.Scenarios {
@@ -301,6 +301,7 @@ func (r *Report) Markdown() string {
 		if len(r.Regressions) == 0 {
 			w("No ratio dropped by more than %.0f%%.\n\n", 100*RegressionThreshold)
 		} else {
+			w("Ratios that dropped by more than %.0f%% (compared with the benchmarks.json this run replaced; on a shared machine a drop can be noise, so run again before believing it):\n\n", 100*RegressionThreshold)
 			w("| figure | previous ratio | ratio now | drop |\n| --- | ---: | ---: | ---: |\n")
 			for _, g := range r.Regressions {
 				w("| %s | %.2f | %.2f | **%.1f%%** |\n", g.Figure, g.Previous, g.Current, g.DropPct)

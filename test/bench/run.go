@@ -421,3 +421,22 @@ func (r *runner) profiled(ctx context.Context, rep *replica, id string, load fun
 	r.windows[id] = min(r.sz.profile, res.Elapsed)
 	return res
 }
+
+// Render writes benchmarks.md and benchmarks.png again from the benchmarks.json in outDir,
+// without measuring anything (after a change to the report's wording, say).
+func Render(outDir string) (*Report, error) {
+	rep, err := readPrevious(filepath.Join(outDir, JSONFile))
+	if err != nil {
+		return nil, err
+	}
+	if rep == nil {
+		return nil, fmt.Errorf("bench: render: no %s in %s; run the benchmark first", JSONFile, outDir)
+	}
+	if err := writeChart(filepath.Join(outDir, ChartFile), rep.Scenarios); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(outDir, ReportFile), []byte(rep.Markdown()), 0o644); err != nil {
+		return nil, fmt.Errorf("bench: write report: %w", err)
+	}
+	return rep, nil
+}

@@ -379,18 +379,28 @@ func (r *runner) fieldDesigns(ctx context.Context, rep *Report, setD *notificati
 		if err := d.Preload(ctx, orderNos, tradeAmount); err != nil {
 			return fmt.Errorf("bench: field %s: preload: %w", d.Name, err)
 		}
-		p, base, err := r.startBenchserver(ctx, "field-"+d.Name, "field", "--design", d.Name, "--dsn", r.dsn,
-			"--redis", r.redis.MasterAddr(), "--max-conns", fmt.Sprint(dbConcurrency))
-		if err != nil {
-			return err
+		// Two instances behind the same round-robin, as callbackd's two replicas: same topology,
+		// same load.
+		var procs []*process
+		var targets []string
+		for i := range 2 {
+			p, base, err := r.startBenchserver(ctx, fmt.Sprintf("field-%s-%d", d.Name, i+1), "field", "--design", d.Name, "--dsn", r.dsn,
+				"--redis", r.redis.MasterAddr(), "--max-conns", fmt.Sprint(dbConcurrency))
+			if err != nil {
+				return err
+			}
+			procs = append(procs, p)
+			targets = append(targets, base+"/notify/"+channelName)
 		}
 		c := NewLoadClient(dupConcurrency, 10*time.Second)
-		storm := stormRequests(setD, []string{base + "/notify/" + channelName})
-		r.step("field %s: the same storm, %d requests, concurrency %d", d.Name, len(storm), dupConcurrency)
+		storm := stormRequests(setD, targets)
+		r.step("field %s: the same storm, %d requests, concurrency %d, two instances", d.Name, len(storm), dupConcurrency)
 		res := ClosedLoop(ctx, c, storm, dupConcurrency)
 		c.CloseIdleConnections()
-		if err := p.stop(10 * time.Second); err != nil {
-			return err
+		for _, p := range procs {
+			if err := p.stop(10 * time.Second); err != nil {
+				return err
+			}
 		}
 		doubles, err := d.DoubleEffects(ctx)
 		if err != nil {
