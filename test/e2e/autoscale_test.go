@@ -139,6 +139,7 @@ func TestAutoscaleOnKwok(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	asLoopbackNodes(t, ctx, cs)
 	asInstallCRDs(t, cl)
 	asStartOperator(t, cl)
 	asCreateChannel(t, ctx, cl, cs)
@@ -259,6 +260,31 @@ options:
 		t.Fatalf("autoscale: %v", err)
 	}
 	return path
+}
+
+// asLoopbackNodes gives every simulated node the InternalIP 127.0.0.1. kwokctl's node template
+// hands out documentation addresses (192.0.2.x); metrics-server scrapes each node at its
+// InternalIP and kubelet port, where the kwok controller serves every node's /metrics/resource
+// (told apart by the node's metrics.k8s.io/resource-metrics-path annotation). On loopback, no
+// scrape leaves the machine. kwok keeps an address that is already set.
+func asLoopbackNodes(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	t.Helper()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("autoscale: list nodes: %v (%d found)", err, len(nodes.Items))
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
+		{Type: corev1.NodeHostName, Address: "localhost"},
+	}}})
+	if err != nil {
+		t.Fatalf("autoscale: %v", err)
+	}
+	for _, n := range nodes.Items {
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("autoscale: give node %s a loopback address: %v", n.Name, err)
+		}
+	}
 }
 
 // asInstallCRDs installs the PaymentChannel CRD from config/crd/bases.

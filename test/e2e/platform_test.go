@@ -21,6 +21,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,6 +68,9 @@ func newScheme(t testing.TB) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	if err := callbackdv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -424,6 +428,28 @@ func (e *e2e) checkDataChannel(t *testing.T) {
 		t.Errorf("expected Ready=False naming only Scaling (no custom metrics API for the HPA here), got %+v", ready)
 	}
 	t.Logf("%s: %s", dataChannel, conditionsString(pc))
+
+	// The HPA owns the replica count: even without metrics it lifts the Deployment to its floor,
+	// and the operator never writes it back.
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	key := types.NamespacedName{Namespace: dataNamespace, Name: dataChannel + "-callbackd"}
+	eventually(t, time.Minute, "the HPA to hold the Deployment at its floor", func(ctx context.Context) (bool, string) {
+		d := &appsv1.Deployment{}
+		if err := e.k8s.Get(ctx, key, d); err != nil {
+			return false, err.Error()
+		}
+		if err := e.k8s.Get(ctx, key, hpa); err != nil {
+			return false, err.Error()
+		}
+		min := ptr.Deref(hpa.Spec.MinReplicas, 1)
+		var conds []string
+		for _, c := range hpa.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+		}
+		return ptr.Deref(d.Spec.Replicas, 1) >= min && hpa.Status.DesiredReplicas >= min,
+			fmt.Sprintf("Deployment replicas %d, HPA min %d desired %d, conditions %v", ptr.Deref(d.Spec.Replicas, 1), min, hpa.Status.DesiredReplicas, conds)
+	})
+	e.waitDeploymentPods(t, key, time.Minute)
 }
 
 // rotateSecret adds a second WeChat Pay public key to the channel's public-keys Secret (the
