@@ -21,6 +21,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	callbackdv1alpha1 "github.com/seed-1cff2221/callback-platform/api/v1alpha1"
@@ -159,7 +160,7 @@ func (e *e2e) deleteDataChannel(t *testing.T) {
 	if err := e.k8s.Delete(ctx, pc); err != nil {
 		t.Fatalf("delete PaymentChannel %s: %v", dataChannel, err)
 	}
-	dyn, err := dynamic.NewForConfig(e.cluster.Config)
+	dyn, err := dynamic.NewForConfig(quiet(e.cluster.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,11 +229,11 @@ func (e *e2e) helmUninstall(t *testing.T) {
 	if _, err := e.helm.run(ctx, "uninstall", releaseName, "--namespace", releaseNamespace, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("expected helm uninstall to succeed, got: %v", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(e.cluster.Config)
+	dc, err := discovery.NewDiscoveryClientForConfig(quiet(e.cluster.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(e.cluster.Config)
+	dyn, err := dynamic.NewForConfig(quiet(e.cluster.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,4 +311,12 @@ func (e *e2e) releaseLeftovers(ctx context.Context, t *testing.T, dyn dynamic.In
 		}
 	}
 	return left
+}
+
+// quiet returns a copy of cfg that drops the API server's deprecation warnings (listing every
+// kind includes v1 Endpoints, deprecated in favour of EndpointSlices).
+func quiet(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.WarningHandler = rest.NoWarnings{}
+	return c
 }
