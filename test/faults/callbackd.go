@@ -162,7 +162,8 @@ func (c *Callbackd) start() error {
 	if err != nil {
 		return fmt.Errorf("open log file: %w", err)
 	}
-	cmd := exec.Command(CallbackdBin, "serve", "--config", c.cfgPath)
+	// The process outlives any one request context: Kill, Pause and Stop manage its lifetime.
+	cmd := exec.CommandContext(context.Background(), CallbackdBin, "serve", "--config", c.cfgPath)
 	cmd.Env = callbackdEnv(c.extra)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
@@ -186,7 +187,7 @@ func (c *Callbackd) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("callbackd exited before ready (%v); log:\n%s", c.waitErr, c.env.Redact(tailString(c.Log(), 20)))
+			return fmt.Errorf("callbackd exited before ready (%w); log:\n%s", c.waitErr, c.env.Redact(tailString(c.Log(), 20)))
 		default:
 		}
 		if code, err := c.Get("/readyz"); err == nil && code == http.StatusOK {
@@ -396,7 +397,8 @@ var httpClient = &http.Client{
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("find a free loopback port: %v", err)
 	}

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,7 +71,7 @@ func SharedPostgres(t testing.TB) *testenv.Postgres { return sharedPostgres(t) }
 // BuildCallbackd builds cmd/callbackd with -tags faultinject into dir and returns its path.
 func BuildCallbackd(dir string) (string, error) {
 	bin := filepath.Join(dir, "callbackd")
-	build := exec.Command(goTool(), "build", "-tags", "faultinject", "-o", bin, "github.com/seed-1cff2221/callback-platform/cmd/callbackd")
+	build := exec.CommandContext(context.Background(), goTool(), "build", "-tags", "faultinject", "-o", bin, "github.com/seed-1cff2221/callback-platform/cmd/callbackd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("build cmd/callbackd -tags faultinject: %w", err)

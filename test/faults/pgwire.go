@@ -166,7 +166,8 @@ const (
 // NewPGProxy listens on a free loopback port and forwards every connection to target
 // (PostgreSQL's host:port). Close stops it.
 func NewPGProxy(target string) (*PGProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("pgwire proxy: listen: %w", err)
 	}

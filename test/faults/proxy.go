@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -81,7 +82,8 @@ type proxyConn struct {
 
 // NewProxy listens on a free loopback port and forwards to upstream. Close stops it.
 func NewProxy(name, upstream string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: listen: %w", name, err)
 	}
@@ -192,7 +194,8 @@ func (p *Proxy) acceptLoop() {
 
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	server, err := d.DialContext(context.Background(), "tcp", p.upstream)
 	if err != nil {
 		p.dialErrs.Add(1)
 		abort(client)

@@ -111,7 +111,10 @@ func TestProxyCloseWhilePartitioned(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Close() }()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close of a partitioned proxy: %v", err)
+		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("Close of a partitioned proxy: expected it to return, still waiting after 3s")
 	}

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,7 +60,8 @@ func NewFlakyFront(targets []string, failRate float64, seed uint64) (*FlakyFront
 	if len(targets) == 0 {
 		return nil, errors.New("flaky front: at least one target is required")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("flaky front: listen: %w", err)
 	}
