@@ -27,8 +27,8 @@ type replica struct {
 	pprofAddr string // 127.0.0.1:port of the profiling listener
 }
 
-// notifyURL is the channel's provider-facing URL on this replica.
-func (r *replica) notifyURL(channel string) string { return r.base + "/notify/" + channel }
+// notifyURL is the benchmark channel's provider-facing URL on this replica.
+func (r *replica) notifyURL() string { return r.base + "/notify/" + channelName }
 
 // benchConfig is callbackd's configuration for the benchmark: the normal one (PostgreSQL, Redis
 // through Sentinel, default limits and TTLs), with the reconciler's provider queries switched off
@@ -244,9 +244,10 @@ func pprofTop(ctx context.Context, bin, path string, window time.Duration) (stri
 	if m == nil || window <= 0 {
 		return top, nil
 	}
-	samples, err := time.ParseDuration(m[1])
-	if err != nil {
-		return top, nil
+	samples, perr := time.ParseDuration(m[1])
+	if perr != nil {
+		// Without the sample total there is no busy share to add; the profile itself stands.
+		return top, nil //nolint:nilerr // the verdict is optional decoration of a valid profile
 	}
 	busy := 100 * samples.Seconds() / window.Seconds()
 	verdict := "it was off CPU most of the time, waiting for PostgreSQL, Redis, its clients, or a CPU of its own on a shared machine (see the load average above): the CPU entries below are not what limits it"

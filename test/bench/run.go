@@ -109,7 +109,6 @@ type runner struct {
 	signer     *paysim.WeChatPay
 	cfg        config.File
 	procs      []*process
-	replicas   []*replica
 	profiles   map[string]string        // scenario id → saved CPU profile
 	windows    map[string]time.Duration // scenario id → how long the load ran inside the profile
 	rep        *Report

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -34,8 +35,11 @@ func (r *runner) limits(ctx context.Context, rep *Report) error {
 	rep.Limits.UniqueTx = a
 	r.step("limit (a): %.0f transactions/s", a.TPS)
 	var maxn int64
-	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM callback_receipts WHERE order_no LIKE 'PGB-%'`).Scan(&maxn); err != nil || maxn < 1 {
-		return fmt.Errorf("bench: pgbench left %d receipts: %v", maxn, err)
+	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM callback_receipts WHERE order_no LIKE 'PGB-%'`).Scan(&maxn); err != nil {
+		return fmt.Errorf("bench: count the receipts pgbench left: %w", err)
+	}
+	if maxn < 1 {
+		return errors.New("bench: pgbench of the unique transaction left no receipts")
 	}
 	r.step("limit (b): pgbench, the duplicate path over %d receipts, %d clients, %d s", maxn, dbConcurrency, r.sz.pgbenchSecs)
 	b, err := runPgbench(ctx, r.dsn, r.dir, "duplicate", pgbenchDuplicateScript, dbConcurrency, r.sz.pgbenchSecs, fmt.Sprintf("maxn=%d", maxn))
@@ -140,7 +144,7 @@ func (r *runner) callbackdScenarios(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	url1, url2 := rep1.notifyURL(channelName), rep2.notifyURL(channelName)
+	url1, url2 := rep1.notifyURL(), rep2.notifyURL()
 	dbClient := NewLoadClient(dbConcurrency, 10*time.Second)
 	dupClient := NewLoadClient(dupConcurrency, 10*time.Second)
 	openClient := NewLoadClient(512, 10*time.Second)
@@ -254,7 +258,7 @@ func (r *runner) callbackdScenarios(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rssClient := NewLoadClient(rssConnections, 30*time.Second)
-	rssReqs := requests(setA, rep3.notifyURL(channelName), max(1, rssConnections*r.sz.rssPerConn/len(setA.notes)))
+	rssReqs := requests(setA, rep3.notifyURL(), max(1, rssConnections*r.sz.rssPerConn/len(setA.notes)))
 	rss := ClosedLoop(ctx, rssClient, rssReqs, rssConnections)
 	rssClient.CloseIdleConnections()
 	if rep.PeakRSSBytes, err = peakRSS(rep3.proc.pid()); err != nil {
@@ -320,7 +324,7 @@ func (r *runner) databaseGates(ctx context.Context, rep *Report, id, prefix stri
 	defer dc.CloseIdleConnections()
 	r.step("%s: %d unique callbacks, closed loop at concurrency %d", id, n, dbConcurrency)
 	u := r.profiled(ctx, rep1, id+"-unique", func() LoadResult {
-		return ClosedLoop(ctx, dc, requests(set, rep1.notifyURL(channelName), 1), dbConcurrency)
+		return ClosedLoop(ctx, dc, requests(set, rep1.notifyURL(), 1), dbConcurrency)
 	})
 	if err := r.check(id+" unique", u); err != nil {
 		return u, LoadResult{}, err
@@ -331,7 +335,7 @@ func (r *runner) databaseGates(ctx context.Context, rep *Report, id, prefix stri
 	defer uc.CloseIdleConnections()
 	r.step("%s: the same %d callbacks again, to the other replica: duplicates stopped by the PostgreSQL receipt, concurrency %d", id, len(set.notes), dupConcurrency)
 	d := r.profiled(ctx, rep2, id+"-dup", func() LoadResult {
-		return ClosedLoop(ctx, uc, requests(set, rep2.notifyURL(channelName), 1), dupConcurrency)
+		return ClosedLoop(ctx, uc, requests(set, rep2.notifyURL(), 1), dupConcurrency)
 	})
 	if err := r.check(id+" duplicates", d); err != nil {
 		return u, d, err
