@@ -97,7 +97,7 @@ fuzz: ## Run each parser's fuzz target for FUZZTIME (default 10s).
 
 .PHONY: e2e
 e2e: deps helm ## The whole platform on a local kwok cluster: helm install, the operator, a paysim storm through callbackd (cluster binaries cached; about an hour cold on a loaded 2-core machine).
-	export KWOKENV_BIN_DIR="$$(hack/k8s-binaries.sh cluster | tail -n1)"; \
+	export KWOKENV_BIN_DIR="$$(hack/k8s-binaries.sh metrics | tail -n1)"; \
 	  $(GO) test -v -count=1 -timeout 30m ./test/e2e/
 	hack/check-leftovers.sh
 
