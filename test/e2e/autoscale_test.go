@@ -166,7 +166,7 @@ func TestAutoscaleOnKwok(t *testing.T) {
 	rec := asRecordReplicas(t, ctx, cs, depName)
 
 	// Calm first: metrics flow through metrics-server to the HPA.
-	usage := asUsageSetter(t, cs, selector)
+	usage := asUsageSetter(cs, selector)
 	usage.set(asCalmCPU)
 	markMetrics := time.Now()
 	asEventually(t, ctx, 4*time.Minute, "the HPA to read the pods' CPU from metrics-server", func(ctx context.Context) (bool, string) {
@@ -400,15 +400,14 @@ func asCreateChannel(t *testing.T, ctx context.Context, cl *kwokenv.Cluster, cs 
 
 // asUsage keeps the simulated CPU usage annotation of every callbackd pod at one value.
 type asUsage struct {
-	t        *testing.T
 	cs       kubernetes.Interface
 	selector labels.Selector
 	mu       sync.Mutex
 	value    string
 }
 
-func asUsageSetter(t *testing.T, cs kubernetes.Interface, sel labels.Selector) *asUsage {
-	return &asUsage{t: t, cs: cs, selector: sel}
+func asUsageSetter(cs kubernetes.Interface, sel labels.Selector) *asUsage {
+	return &asUsage{cs: cs, selector: sel}
 }
 
 func (u *asUsage) set(v string) {
