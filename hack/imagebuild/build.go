@@ -93,12 +93,12 @@ func build(ctx context.Context, o options) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	binDir, err := os.MkdirTemp("", "imagebuild-bin-")
+	tmp, err := os.MkdirTemp("", "imagebuild-bin-")
 	if err != nil {
 		return nil, fmt.Errorf("imagebuild: temp dir: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(binDir) }()
-	bins, err := buildBinaries(ctx, o, chart.AppVersion, comps, binDir)
+	defer func() { _ = os.RemoveAll(tmp) }()
+	bins, err := buildBinaries(ctx, o, chart.AppVersion, comps, tmp)
 	if err != nil {
 		return nil, err
 	}
