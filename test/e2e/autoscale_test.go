@@ -58,9 +58,8 @@ const (
 	asChannel     = "storm"
 	asMinReplicas = 2
 	asMaxReplicas = 5
-	// asCPURequest is each callbackd pod's CPU request; the HPA aims at 50% of it.
-	asCPURequest = "100m"
-	// asStormCPU and asCalmCPU are the simulated usages: 400% and 5% of the request.
+	// asStormCPU and asCalmCPU are the simulated usages: 400% and 5% of the pods' CPU request
+	// (100m in asChannelYAML; the HPA aims at 50% of it).
 	asStormCPU = "400m"
 	asCalmCPU  = "5m"
 	// asUsageAnnotation is read by kwok's default ClusterResourceUsage (usage-from-annotation).
@@ -139,13 +138,13 @@ func TestAutoscaleOnKwok(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	asLoopbackNodes(t, ctx, cs)
+	asLoopbackNodes(ctx, t, cs)
 	asInstallCRDs(t, cl)
 	asStartOperator(t, cl)
-	asCreateChannel(t, ctx, cl, cs)
+	asCreateChannel(ctx, t, cl, cs)
 
 	depName := asChannel + "-callbackd"
-	asEventually(t, ctx, 4*time.Minute, "the callbackd Deployment to run its "+fmt.Sprint(asMinReplicas)+" minimum pods", func(ctx context.Context) (bool, string) {
+	asEventually(ctx, t, 4*time.Minute, "the callbackd Deployment to run its "+fmt.Sprint(asMinReplicas)+" minimum pods", func(ctx context.Context) (bool, string) {
 		d, err := cs.AppsV1().Deployments(asNamespace).Get(ctx, depName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -163,13 +162,13 @@ func TestAutoscaleOnKwok(t *testing.T) {
 	}
 
 	// From here on every spec.replicas the Deployment ever has is recorded.
-	rec := asRecordReplicas(t, ctx, cs, depName)
+	rec := asRecordReplicas(ctx, t, cs, depName)
 
 	// Calm first: metrics flow through metrics-server to the HPA.
 	usage := asUsageSetter(cs, selector)
 	usage.set(asCalmCPU)
 	markMetrics := time.Now()
-	asEventually(t, ctx, 4*time.Minute, "the HPA to read the pods' CPU from metrics-server", func(ctx context.Context) (bool, string) {
+	asEventually(ctx, t, 4*time.Minute, "the HPA to read the pods' CPU from metrics-server", func(ctx context.Context) (bool, string) {
 		usage.apply(ctx)
 		hpa, err := cs.AutoscalingV2().HorizontalPodAutoscalers(asNamespace).Get(ctx, depName, metav1.GetOptions{})
 		if err != nil {
@@ -185,24 +184,24 @@ func TestAutoscaleOnKwok(t *testing.T) {
 	rec.phase("storm")
 	markUp := time.Now()
 	reconcilesBefore := asReconciles(t)
-	asEventually(t, ctx, 4*time.Minute, fmt.Sprintf("the HPA to scale callbackd up to its maximum %d", asMaxReplicas), func(ctx context.Context) (bool, string) {
+	asEventually(ctx, t, 4*time.Minute, fmt.Sprintf("the HPA to scale callbackd up to its maximum %d", asMaxReplicas), func(ctx context.Context) (bool, string) {
 		usage.apply(ctx)
 		return asScaledTo(ctx, cs, depName, asMaxReplicas)
 	})
 	upAfter := time.Since(markUp)
-	asHold(t, ctx, 20*time.Second, usage, cs, depName, asMaxReplicas)
+	asHold(ctx, t, 20*time.Second, usage, cs, depName, asMaxReplicas)
 	reconcilesStorm := asReconciles(t) - reconcilesBefore
 
 	// The storm is over: usage drops to 5% of the request.
 	usage.set(asCalmCPU)
 	rec.phase("calm")
 	markDown := time.Now()
-	asEventually(t, ctx, 6*time.Minute, fmt.Sprintf("the HPA to scale callbackd back down to its minimum %d", asMinReplicas), func(ctx context.Context) (bool, string) {
+	asEventually(ctx, t, 6*time.Minute, fmt.Sprintf("the HPA to scale callbackd back down to its minimum %d", asMinReplicas), func(ctx context.Context) (bool, string) {
 		usage.apply(ctx)
 		return asScaledTo(ctx, cs, depName, asMinReplicas)
 	})
 	downAfter := time.Since(markDown)
-	asHold(t, ctx, 15*time.Second, usage, cs, depName, asMinReplicas)
+	asHold(ctx, t, 15*time.Second, usage, cs, depName, asMinReplicas)
 	reconcilesAll := asReconciles(t) - reconcilesBefore
 
 	timeline := rec.stop()
@@ -269,7 +268,7 @@ options:
 // InternalIP and kubelet port, where the kwok controller serves every node's /metrics/resource
 // (told apart by the node's metrics.k8s.io/resource-metrics-path annotation). On loopback, no
 // scrape leaves the machine. kwok keeps an address that is already set.
-func asLoopbackNodes(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+func asLoopbackNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) == 0 {
@@ -365,7 +364,7 @@ func asStartOperator(t *testing.T, cl *kwokenv.Cluster) {
 }
 
 // asCreateChannel creates the namespace, the channel's Secrets and the PaymentChannel.
-func asCreateChannel(t *testing.T, ctx context.Context, cl *kwokenv.Cluster, cs kubernetes.Interface) {
+func asCreateChannel(ctx context.Context, t *testing.T, cl *kwokenv.Cluster, cs kubernetes.Interface) {
 	t.Helper()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: asNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("autoscale: create namespace: %v", err)
@@ -450,7 +449,7 @@ func asScaledTo(ctx context.Context, cs kubernetes.Interface, name string, n int
 }
 
 // asHold checks that the replicas stay at n for d while the operator keeps reconciling.
-func asHold(t *testing.T, ctx context.Context, d time.Duration, u *asUsage, cs kubernetes.Interface, name string, n int32) {
+func asHold(ctx context.Context, t *testing.T, d time.Duration, u *asUsage, cs kubernetes.Interface, name string, n int32) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
@@ -516,7 +515,7 @@ func asReplicasManagers(d *appsv1.Deployment) []string {
 		var fieldSet struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fieldSet); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fieldSet); err != nil {
 			owners = append(owners, mf.Manager+"/unreadable")
 			continue
 		}
@@ -547,7 +546,7 @@ type asRecorder struct {
 	done    chan struct{}
 }
 
-func asRecordReplicas(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) *asRecorder {
+func asRecordReplicas(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *asRecorder {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	r := &asRecorder{current: "calm-before", cancel: cancel, done: make(chan struct{})}
@@ -687,7 +686,7 @@ func asTail(path string, n int) string {
 }
 
 // asEventually polls cond every second until it holds, failing after timeout with cond's last word.
-func asEventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, string)) {
+func asEventually(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, string)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
