@@ -92,6 +92,13 @@ type Callbackd struct {
 // go through fresh proxies (its Links), and waits until /readyz answers 200. It is stopped when
 // the test ends; if the test failed, the tail of its log is printed (secrets redacted).
 func (e *Env) StartCallbackd(name string, opts CallbackdOptions) *Callbackd {
+	e.T.Helper()
+	return e.startCallbackd(name, "postgres", e.PG.Addr(), opts)
+}
+
+// startCallbackd is StartCallbackd with the PostgreSQL link's upstream given: PostgreSQL itself,
+// or a wire-aware proxy in front of it (StartCallbackdPG). what names the link in proxy names.
+func (e *Env) startCallbackd(name, what, pgUpstream string, opts CallbackdOptions) *Callbackd {
 	t := e.T
 	t.Helper()
 	links := &Links{}
@@ -103,7 +110,7 @@ func (e *Env) StartCallbackd(name string, opts CallbackdOptions) *Callbackd {
 		t.Cleanup(func() { _ = p.Close() })
 		return p
 	}
-	links.PG = newProxy("postgres", e.PG.Addr())
+	links.PG = newProxy(what, pgUpstream)
 	var r *config.Redis
 	var extra []string
 	if e.Redis != nil && !opts.NoRedis {
