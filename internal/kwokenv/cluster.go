@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -301,7 +302,7 @@ func (c *Cluster) LogTail(component string, n int) string {
 func (c *Cluster) clusterDir() string { return filepath.Join(c.Dir, "clusters", c.Name) }
 
 // PIDs returns the processes of the cluster that are running now.
-func (c *Cluster) PIDs() []int { return ProcessesUnder(c.Dir) }
+func (c *Cluster) PIDs() []int { return testenv.ProcessesUnder(c.Dir) }
 
 // Close deletes the cluster with `kwokctl delete cluster`, kills any process still naming its
 // folder, and removes the folder. It is safe to call more than once.
@@ -316,7 +317,7 @@ func (c *Cluster) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		if left := ProcessesUnder(c.Dir); len(left) > 0 {
+		if left := testenv.ProcessesUnder(c.Dir); len(left) > 0 {
 			c.logf("processes %v outlived kwokctl delete cluster; killing them", left)
 		}
 		if err := removeFolder(c.Dir); err != nil {

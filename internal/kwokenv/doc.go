@@ -8,7 +8,7 @@
 // never a skip.
 //
 // No leftovers: kwokctl keeps its whole work folder (certificates, etcd data, logs, pid files,
-// kubeconfig) in one folder under internal/testenv's root, named <pid>-kwok-<n> after the test
+// kubeconfig) in one folder under internal/testenv's root, named <pid>-<n> after the test
 // binary and holding testenv's "owner" file, and every cluster process names that folder on its
 // command line. Close runs `kwokctl delete cluster`, then kills whatever still names the folder
 // and removes it. A test binary killed before Close is cleaned up by testenv's reaper on the

@@ -117,8 +117,8 @@ func TestFolderFollowsTestenvConvention(t *testing.T) {
 	if filepath.Dir(dir) != testenv.RootDir() {
 		t.Errorf("expected the folder under %s, got %s", testenv.RootDir(), dir)
 	}
-	if ok, _ := regexp.MatchString(`^[0-9]+-kwok-[0-9]+$`, filepath.Base(dir)); !ok || !strings.HasPrefix(filepath.Base(dir), strconv.Itoa(os.Getpid())+"-") {
-		t.Errorf("expected the folder named <our pid>-kwok-<n>, got %s", filepath.Base(dir))
+	if ok, _ := regexp.MatchString(`^[0-9]+-[0-9]+$`, filepath.Base(dir)); !ok || !strings.HasPrefix(filepath.Base(dir), strconv.Itoa(os.Getpid())+"-") {
+		t.Errorf("expected the folder named <our pid>-<n>, got %s", filepath.Base(dir))
 	}
 	owner, err := os.ReadFile(filepath.Join(dir, "owner"))
 	if err != nil || len(strings.Fields(string(owner))) != 2 {
@@ -142,9 +142,9 @@ func TestFolderFollowsTestenvConvention(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Contains(ProcessesUnder(dir), cmd.Process.Pid) {
+	for !slices.Contains(testenv.ProcessesUnder(dir), cmd.Process.Pid) {
 		if time.Now().After(deadline) {
-			t.Fatalf("expected ProcessesUnder(%s) to list pid %d, got %v", dir, cmd.Process.Pid, ProcessesUnder(dir))
+			t.Fatalf("expected testenv.ProcessesUnder(%s) to list pid %d, got %v", dir, cmd.Process.Pid, testenv.ProcessesUnder(dir))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -68,10 +68,22 @@ func newInstanceDir() (string, error) {
 	return dir, nil
 }
 
+// NewOwnedDir creates a fresh folder under RootDir owned by this process, for harnesses outside
+// this package (a kwok cluster) whose processes must be reaped and checked like testenv's own:
+// if this process dies, the next test binary kills every process naming the folder and removes
+// it, and hack/check-leftovers.sh reports it. RemoveOwnedDir is its counterpart.
+func NewOwnedDir() (string, error) { return newInstanceDir() }
+
+// RemoveOwnedDir kills every process still naming dir, removes dir, and removes the root folder
+// when it became empty. It fails when a process survives SIGKILL.
+func RemoveOwnedDir(dir string) error { return removeInstanceDir(dir) }
+
 // removeInstanceDir kills any process still working in dir, removes dir, and removes the root
 // folder too when it became empty (so that a finished test run leaves nothing at all).
 func removeInstanceDir(dir string) error {
-	killProcessesUnder(dir)
+	if left := killProcessesUnder(dir); len(left) > 0 {
+		return fmt.Errorf("testenv: processes %v still use %s after SIGKILL", left, dir)
+	}
 	err := os.RemoveAll(dir)
 	_ = os.Remove(filepath.Dir(dir)) // fails, as intended, while other servers still live there
 	if err != nil {
@@ -160,10 +172,10 @@ func processStartTime(pid int) (string, bool) {
 	return fields[startTimeIndex], true
 }
 
-// processesUnder lists the pids of processes whose working directory or command line lies under
+// ProcessesUnder lists the pids of processes whose working directory or command line lies under
 // dir: a postmaster and its backends run in their data folder, a Redis server in its folder, and
-// etcd and kube-apiserver name their data and certificate folders on the command line.
-func processesUnder(dir string) []int {
+// etcd, kube-apiserver and every kwokctl component name their folders on the command line.
+func ProcessesUnder(dir string) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -210,13 +222,14 @@ func underDir(path, dir string) bool {
 }
 
 // killProcessesUnder sends SIGKILL to every process working under dir and waits (up to 10 s)
-// until they are gone, so that the folder can be removed without a server writing into it.
-func killProcessesUnder(dir string) {
+// until they are gone, so that the folder can be removed without a server writing into it. It
+// returns the pids still there at the deadline.
+func killProcessesUnder(dir string) []int {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids := processesUnder(dir)
+		pids := ProcessesUnder(dir)
 		if len(pids) == 0 || time.Now().After(deadline) {
-			return
+			return pids
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGCONT) // a paused process dies only once resumed

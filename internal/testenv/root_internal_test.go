@@ -130,7 +130,7 @@ func TestCloseLeavesNoProcessAndNoFolder(t *testing.T) {
 	}
 	dirs := []string{pg.dir, g.dir}
 	for _, dir := range dirs {
-		if n := len(processesUnder(dir)); n == 0 {
+		if n := len(ProcessesUnder(dir)); n == 0 {
 			t.Errorf("before Close: expected server processes under %s, got none", dir)
 		}
 	}
@@ -141,7 +141,7 @@ func TestCloseLeavesNoProcessAndNoFolder(t *testing.T) {
 		t.Errorf("redis Close: %v", err)
 	}
 	for _, dir := range dirs {
-		if pids := processesUnder(dir); len(pids) != 0 {
+		if pids := ProcessesUnder(dir); len(pids) != 0 {
 			t.Errorf("after Close: expected no process under %s, got pids %v", dir, pids)
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

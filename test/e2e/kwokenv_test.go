@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed-1cff2221/callback-platform/internal/kwokenv"
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 // TestKwokenvLifecycle checks the cluster harness itself: a cluster comes up with its nodes,
@@ -41,7 +42,7 @@ func TestKwokenvLifecycle(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if pids := kwokenv.ProcessesUnder(dir); len(pids) != 0 {
+	if pids := testenv.ProcessesUnder(dir); len(pids) != 0 {
 		t.Errorf("expected no process left after Close, got %v", pids)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
