@@ -94,6 +94,8 @@ fuzz: ## Run each parser's fuzz target for FUZZTIME (default 10s).
 	  echo "fuzz: ./$$pkg FuzzParse for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
+	@echo "fuzz: ./callbackd/provider/internal/strictjson FuzzCheck for $(FUZZTIME)"
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./callbackd/provider/internal/strictjson
 
 .PHONY: e2e
 e2e: deps helm ## The whole platform on a local kwok cluster: helm install, the operator, a paysim storm through callbackd (cluster binaries cached; about an hour cold on a loaded 2-core machine).
