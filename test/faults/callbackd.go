@@ -15,11 +15,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // Environment switches of the faultinject build of callbackd (see callbackd/store/faultinject.go
@@ -312,84 +309,15 @@ func (c *Callbackd) Get(path string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// Metrics is one scrape of /metrics, by family name.
-type Metrics map[string]*dto.MetricFamily
-
-// Metrics scrapes /metrics; an unreachable process yields an error.
-func (c *Callbackd) Metrics() (Metrics, error) {
+// Metrics scrapes this process's /metrics; an unreachable process yields an error naming it.
+func (c *Callbackd) Metrics() (promtext.Families, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/metrics", nil)
+	m, err := promtext.Scrape(ctx, httpClient, c.Base+"/metrics")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("callbackd %s: %w", c.Name, err)
 	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", c.Name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: status %d", c.Name, resp.StatusCode)
-	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: parse: %w", c.Name, err)
-	}
-	return Metrics(fams), nil
-}
-
-// Total sums a family over every series whose labels include match (counters and gauges by
-// value, histograms by observation count).
-func (m Metrics) Total(name string, match map[string]string) float64 {
-	f, ok := m[name]
-	if !ok {
-		return 0
-	}
-	var sum float64
-series:
-	for _, s := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range s.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range match {
-			if labels[k] != v {
-				continue series
-			}
-		}
-		switch {
-		case s.Counter != nil:
-			sum += s.GetCounter().GetValue()
-		case s.Gauge != nil:
-			sum += s.GetGauge().GetValue()
-		case s.Histogram != nil:
-			sum += float64(s.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
-// ByLabel sums a family per value of one label, e.g. duplicates stopped per gate.
-func (m Metrics) ByLabel(name, label string) map[string]float64 {
-	out := map[string]float64{}
-	f, ok := m[name]
-	if !ok {
-		return out
-	}
-	for _, s := range f.GetMetric() {
-		for _, l := range s.GetLabel() {
-			if l.GetName() == label {
-				switch {
-				case s.Counter != nil:
-					out[l.GetValue()] += s.GetCounter().GetValue()
-				case s.Gauge != nil:
-					out[l.GetValue()] += s.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return m, nil
 }
 
 var httpClient = &http.Client{

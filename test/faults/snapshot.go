@@ -294,7 +294,7 @@ func (e *Env) MetricsTotal(name string, match map[string]string) float64 {
 	var sum float64
 	for _, c := range e.Instances() {
 		if m, err := c.Metrics(); err == nil {
-			sum += m.Total(name, match)
+			sum += m.Sum(name, match)
 		}
 	}
 	return sum
@@ -305,7 +305,7 @@ func (e *Env) MetricsByLabel(name, label string) map[string]float64 {
 	out := map[string]float64{}
 	for _, c := range e.Instances() {
 		if m, err := c.Metrics(); err == nil {
-			for k, v := range m.ByLabel(name, label) {
+			for k, v := range m.ByLabel(name, label, nil) {
 				out[k] += v
 			}
 		}
@@ -313,7 +313,8 @@ func (e *Env) MetricsByLabel(name, label string) map[string]float64 {
 	return out
 }
 
-// FormatCounts formats a label→value map in a stable order.
+// FormatCounts formats a label→value map in a stable order, values as whole numbers (%.0f, never
+// an exponent), unlike promtext.Format's %g, so that scenario logs keep printing large counts in full.
 func FormatCounts(m map[string]float64) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

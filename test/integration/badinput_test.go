@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // Acceptance 5 (issue 3): bad input gets the right failure answer, writes nothing (row counts
@@ -95,7 +97,7 @@ func TestBadInputIsRefusedAndLeavesNoTrace(t *testing.T) {
 				t.Errorf("rows: expected nothing written\n  before %s\n  after  %s", rowsBefore, rowsAfter)
 			}
 			metricsAfter := s.scrape(t, a)
-			anomalies := diffByLabel(metricsBefore.byLabel("callbackd_anomalies_total", "reason"), metricsAfter.byLabel("callbackd_anomalies_total", "reason"))
+			anomalies := promtext.Delta(metricsBefore.ByLabel("callbackd_anomalies_total", "reason", nil), metricsAfter.ByLabel("callbackd_anomalies_total", "reason", nil))
 			var total float64
 			reason := ""
 			for r, d := range anomalies {
@@ -103,7 +105,7 @@ func TestBadInputIsRefusedAndLeavesNoTrace(t *testing.T) {
 				reason = r
 			}
 			if total != 1 {
-				t.Errorf("callbackd_anomalies_total: expected +1, got %s", format(anomalies))
+				t.Errorf("callbackd_anomalies_total: expected +1, got %s", promtext.Format(anomalies))
 			}
 
 			// The log line can be written just after the answer: give it a moment.
@@ -124,7 +126,7 @@ func TestBadInputIsRefusedAndLeavesNoTrace(t *testing.T) {
 					t.Errorf("callbackd log carries the webhook secret (a fragment of %d characters)", len(f))
 				}
 			}
-			t.Logf("answer %d, anomalies %s, log: %s", ans.code, format(anomalies), firstLine(s.redact(newLog)))
+			t.Logf("answer %d, anomalies %s, log: %s", ans.code, promtext.Format(anomalies), firstLine(s.redact(newLog)))
 		})
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -117,7 +118,7 @@ func TestRedisMasterKilledDuringStorm(t *testing.T) {
 	t.Logf("sent=%d deliveries (%d orders x %d) at concurrency %d; master %s killed after %d had started; %s promoted after %v with %d deliveries started; storm finished %v after the kill; interim retryable answers=%d; refused=%d; unfinished=%d; Redis gate back on the new master %v after the kill (%d fresh notifications); redis degraded %s; duplicates stopped per gate %s",
 		orders*copies, orders, copies, concurrency, oldMaster, orders*copies/4, newMaster, promoted.Round(time.Millisecond), sentBeforePromotion,
 		stormDone.Round(time.Millisecond), retries.Load(), refused.Load(), unfinished.Load(), gateBack.Round(time.Millisecond), fresh,
-		format(m.byLabel("callbackd_redis_degraded_total", "reason")), format(m.byLabel("callbackd_duplicates_stopped_total", "gate")))
+		promtext.Format(m.ByLabel("callbackd_redis_degraded_total", "reason", nil)), promtext.Format(m.ByLabel("callbackd_duplicates_stopped_total", "gate", nil)))
 	s.expectExactlyOnce(t, int64(orders+fresh))
 	t.Logf("database: %s", s.counts(t))
 }

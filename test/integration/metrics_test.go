@@ -12,6 +12,7 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/gate"
 	"github.com/seed-1cff2221/callback-platform/callbackd/notify"
 	"github.com/seed-1cff2221/callback-platform/callbackd/pipeline"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func TestMetricsAfterStorms(t *testing.T) {
 			default:
 			}
 			if m, err := s.tryScrape(a); err == nil {
-				maxInflight = max(maxInflight, m.total("callbackd_inflight", nil))
+				maxInflight = max(maxInflight, m.Sum("callbackd_inflight", nil))
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -122,20 +123,20 @@ func TestMetricsAfterStorms(t *testing.T) {
 
 	m := s.scrape(t, a)
 	for _, name := range pipelineMetrics {
-		value := m.total(name, nil)
+		value := m.Sum(name, nil)
 		if name == "callbackd_inflight" {
-			if !m.has(name) {
+			if !m.Has(name) {
 				t.Errorf("%s: expected on /metrics, missing", name)
 			}
 			value = maxInflight
 		}
 		if value <= 0 {
-			t.Errorf("%s: expected a non-zero value after the storms, got %g (exposed: %v)", name, value, m.has(name))
+			t.Errorf("%s: expected a non-zero value after the storms, got %g (exposed: %v)", name, value, m.Has(name))
 		}
 		t.Logf("%s = %g", name, value)
 	}
 	t.Logf("callbacks by outcome %s; duplicates stopped by gate %s; Redis degraded by reason %s; anomalies by reason %s",
-		format(m.byLabel("callbackd_callbacks_total", "outcome")), format(m.byLabel("callbackd_duplicates_stopped_total", "gate")),
-		format(m.byLabel("callbackd_redis_degraded_total", "reason")), format(m.byLabel("callbackd_anomalies_total", "reason")))
+		promtext.Format(m.ByLabel("callbackd_callbacks_total", "outcome", nil)), promtext.Format(m.ByLabel("callbackd_duplicates_stopped_total", "gate", nil)),
+		promtext.Format(m.ByLabel("callbackd_redis_degraded_total", "reason", nil)), promtext.Format(m.ByLabel("callbackd_anomalies_total", "reason", nil)))
 	s.expectExactlyOnce(t, orders+21)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestReplayOfOneNotification(t *testing.T) {
 		t.Logf("stopped every Redis node (%d) after callbackd became ready", len(rg.Nodes()))
 		replay(t, s, []*instance{a})
 		m := s.scrape(t, a)
-		if got := m.total("callbackd_redis_degraded_total", nil); got == 0 {
+		if got := m.Sum("callbackd_redis_degraded_total", nil); got == 0 {
 			t.Errorf("callbackd_redis_degraded_total with Redis stopped: expected > 0, got 0")
 		}
 	})
@@ -69,9 +70,9 @@ func replay(t *testing.T, s *stack, insts []*instance) {
 			t.Errorf("send %d: expected success, got %d %s %s%v", i, a.code, a.verdict, a.body, a.err)
 		}
 	}
-	dups := diffByLabel(before, gateCounts(s, t, insts))
+	dups := promtext.Delta(before, gateCounts(s, t, insts))
 	t.Logf("sent=%d at concurrency %d over %d instance(s) in %v: success=%d retryable=%d refused=%d transport errors=%d; duplicates stopped per gate %s",
-		sends, concurrency, len(insts), elapsed.Round(time.Millisecond), tally[success], tally[retryable], tally[rejected], tally[transportError], format(dups))
+		sends, concurrency, len(insts), elapsed.Round(time.Millisecond), tally[success], tally[retryable], tally[rejected], tally[transportError], promtext.Format(dups))
 	s.expectExactlyOnce(t, 1)
 	t.Logf("database: %s", s.counts(t))
 
@@ -86,7 +87,7 @@ func replay(t *testing.T, s *stack, insts []*instance) {
 func gateCounts(s *stack, t testing.TB, insts []*instance) map[string]float64 {
 	out := map[string]float64{}
 	for _, inst := range insts {
-		for gate, v := range s.scrape(t, inst).byLabel("callbackd_duplicates_stopped_total", "gate") {
+		for gate, v := range s.scrape(t, inst).ByLabel("callbackd_duplicates_stopped_total", "gate", nil) {
 			out[gate] += v
 		}
 	}

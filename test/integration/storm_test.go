@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -82,11 +83,11 @@ func TestDistinctOrdersNotifiedFiveTimes(t *testing.T) {
 		}
 	})
 
-	dups := diffByLabel(before, gateCounts(s, t, []*instance{a}))
+	dups := promtext.Delta(before, gateCounts(s, t, []*instance{a}))
 	t.Logf("sent=%d (%d orders x %d) at concurrency %d in %v (%.0f/s): successes=%d retryable=%d refused=%d transport errors=%d; orders acknowledged during the storm=%d, resent afterwards=%d; duplicates stopped per gate %s",
 		len(jobs), orders, copies, concurrency, elapsed.Round(time.Millisecond), float64(len(jobs))/elapsed.Seconds(),
 		tally[success].Load(), tally[retryable].Load(), tally[rejected].Load(), tally[transportError].Load(),
-		len(acknowledged), len(resent), format(dups))
+		len(acknowledged), len(resent), promtext.Format(dups))
 	s.expectExactlyOnce(t, orders)
 	t.Logf("database: %s", s.counts(t))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // 10,000 forged callbacks per second for a few seconds, mixed with genuine ones, loopback only.
@@ -255,12 +256,12 @@ func TestForgedFlood(t *testing.T) {
 	}
 	// Every forgery that reached verification is counted as a signature failure.
 	for ci, ch := range []string{wxChannel, aliChannel} {
-		badSig := delta(mBefore.anomalies(ch), mAfter.anomalies(ch))["bad_signature"]
+		badSig := promtext.Delta(anomalies(mBefore, ch), anomalies(mAfter, ch))["bad_signature"]
 		if int64(badSig) != perChannelRejected[ci].Load() {
 			t.Errorf("%s: callbackd_anomalies_total{reason=bad_signature}: expected +%d (the forgeries refused), got +%g", ch, perChannelRejected[ci].Load(), badSig)
 		}
-		verif := mAfter.value("callbackd_key_verifications_total", map[string]string{"channel": ch, "result": "bad_signature"}) -
-			mBefore.value("callbackd_key_verifications_total", map[string]string{"channel": ch, "result": "bad_signature"})
+		verif := mAfter.Sum("callbackd_key_verifications_total", map[string]string{"channel": ch, "result": "bad_signature"}) -
+			mBefore.Sum("callbackd_key_verifications_total", map[string]string{"channel": ch, "result": "bad_signature"})
 		if int64(verif) != perChannelRejected[ci].Load() {
 			t.Errorf("%s: callbackd_key_verifications_total{result=bad_signature}: expected +%d, got +%g", ch, perChannelRejected[ci].Load(), verif)
 		}
@@ -270,7 +271,7 @@ func TestForgedFlood(t *testing.T) {
 	if sent.Load() < minForged {
 		t.Errorf("forgeries sent: expected at least %d in %v, got %d", minForged, duration, sent.Load())
 	}
-	overload := mAfter.value("callbackd_overload_rejections_total", nil) - mBefore.value("callbackd_overload_rejections_total", nil)
+	overload := mAfter.Sum("callbackd_overload_rejections_total", nil) - mBefore.Sum("callbackd_overload_rejections_total", nil)
 	rate := float64(sent.Load()) / floodTook.Seconds()
 	t.Logf("flood: %d forgeries sent in %v (%.0f/s; target %d/s, %d not sent as the client fell behind), %d workers: "+
 		"refused 400=%d (wx %d, ali %d), shed 500=%d, transport errors=%d, successes=%d",
@@ -279,6 +280,6 @@ func TestForgedFlood(t *testing.T) {
 	t.Logf("genuine: %d notifications, %d attempts in all (resent after shedding), %d failed, slowest success after %v; overload rejections +%g",
 		genuineN, attempts, failedGenuine, slowest.Round(time.Millisecond), overload)
 	t.Logf("signature failures counted: wx %s, ali %s; database %s → %s",
-		format(delta(mBefore.anomalies(wxChannel), mAfter.anomalies(wxChannel))),
-		format(delta(mBefore.anomalies(aliChannel), mAfter.anomalies(aliChannel))), before, after)
+		promtext.Format(promtext.Delta(anomalies(mBefore, wxChannel), anomalies(mAfter, wxChannel))),
+		promtext.Format(promtext.Delta(anomalies(mBefore, aliChannel), anomalies(mAfter, aliChannel))), before, after)
 }

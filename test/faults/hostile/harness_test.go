@@ -27,6 +27,7 @@ import (
 	"github.com/seed-1cff2221/callback-platform/callbackd/config"
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
 	"github.com/seed-1cff2221/callback-platform/internal/paysim/keyset"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
@@ -624,20 +625,20 @@ func (e *env) expectRefused(t *testing.T, r refusal) answer {
 		t.Errorf("%s: answered success", r.what)
 	}
 	e.unchanged(t, before, r.what)
-	got := delta(mBefore.anomalies(r.channel), e.scrape(t).anomalies(r.channel))
+	got := promtext.Delta(anomalies(mBefore, r.channel), anomalies(e.scrape(t), r.channel))
 	if r.anyReason {
 		if total(got) > 1 {
-			t.Errorf("%s: expected at most one anomaly counted, got %s", r.what, format(got))
+			t.Errorf("%s: expected at most one anomaly counted, got %s", r.what, promtext.Format(got))
 		}
 	} else if r.reason != "" {
 		if len(got) != 1 || got[r.reason] != 1 {
-			t.Errorf("%s: expected callbackd_anomalies_total{reason=%q} +1 and nothing else, got %s", r.what, r.reason, format(got))
+			t.Errorf("%s: expected callbackd_anomalies_total{reason=%q} +1 and nothing else, got %s", r.what, r.reason, promtext.Format(got))
 		}
 	} else if len(got) != 0 {
-		t.Errorf("%s: expected no anomaly counted (refused by the HTTP server), got %s", r.what, format(got))
+		t.Errorf("%s: expected no anomaly counted (refused by the HTTP server), got %s", r.what, promtext.Format(got))
 	}
 	e.alive(t)
-	t.Logf("sent %s → %s; anomalies %s; database unchanged: %s", r.what, a, format(got), before)
+	t.Logf("sent %s → %s; anomalies %s; database unchanged: %s", r.what, a, promtext.Format(got), before)
 	if os.Getenv("HOSTILE_DEBUG") != "" {
 		t.Logf("log: %s", e.logTail(2))
 	}

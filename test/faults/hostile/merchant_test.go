@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // A notification with a valid signature (the provider's real key) but for another merchant: the
@@ -111,12 +112,12 @@ func TestSecondPaymentOfPaidOrder(t *testing.T) {
 			if after.Ledger != before.Ledger || after.Exceptions != before.Exceptions+1 {
 				t.Errorf("database: expected no ledger entry and one exception more\n  before %s\n  after  %s", before, after)
 			}
-			an := delta(mBefore.anomalies(channel), e.scrape(t).anomalies(channel))
+			an := promtext.Delta(anomalies(mBefore, channel), anomalies(e.scrape(t), channel))
 			if len(an) != 1 || an["payment_exception"] != 1 {
-				t.Errorf("callbackd_anomalies_total: expected payment_exception +1 and nothing else, got %s", format(an))
+				t.Errorf("callbackd_anomalies_total: expected payment_exception +1 and nothing else, got %s", promtext.Format(an))
 			}
 			t.Logf("sent a second payment (other transaction) of a paid order 3 times → %s / %s / %s; anomalies %s; database %s → %s",
-				answers[0], answers[1], answers[2], format(an), before, after)
+				answers[0], answers[1], answers[2], promtext.Format(an), before, after)
 		})
 	}
 }

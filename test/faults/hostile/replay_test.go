@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // A valid notification captured and replayed 25 hours later.
@@ -70,15 +71,15 @@ func TestReplay25HoursLater(t *testing.T) {
 			t.Errorf("replay of the applied notification: expected exactly \"success\" (Alipay resends otherwise), got %s", a)
 		}
 		e.unchanged(t, before, "Alipay replay of an applied notification")
-		dups := delta(mBefore.byLabel("callbackd_duplicates_stopped_total", "gate", map[string]string{"channel": aliChannel}),
-			e.scrape(t).byLabel("callbackd_duplicates_stopped_total", "gate", map[string]string{"channel": aliChannel}))
+		dups := promtext.Delta(mBefore.ByLabel("callbackd_duplicates_stopped_total", "gate", map[string]string{"channel": aliChannel}),
+			e.scrape(t).ByLabel("callbackd_duplicates_stopped_total", "gate", map[string]string{"channel": aliChannel}))
 		if total(dups) != 1 {
-			t.Errorf("callbackd_duplicates_stopped_total: expected +1, got %s", format(dups))
+			t.Errorf("callbackd_duplicates_stopped_total: expected +1, got %s", promtext.Format(dups))
 		}
 		if got := e.order(t, o.no); got.Status != "PAID" || got.Ledger != 1 || got.Receipts != 1 || got.Outbox != 1 {
 			t.Errorf("order: expected PAID with 1 receipt, 1 ledger entry, 1 outbox event, got %+v", got)
 		}
-		t.Logf("sent the applied Alipay notification (notify_time 25h ago) again → %s; duplicates stopped %s; database unchanged: %s", a, format(dups), before)
+		t.Logf("sent the applied Alipay notification (notify_time 25h ago) again → %s; duplicates stopped %s; database unchanged: %s", a, promtext.Format(dups), before)
 	})
 
 	t.Run("Alipay notification first seen 25h after the payment of a pending order is applied once", func(t *testing.T) {
@@ -133,11 +134,11 @@ func TestReplay25HoursLater(t *testing.T) {
 		if len(kinds) != 1 || kinds[0] != "payment_on_closed_order" {
 			t.Errorf("payment_exceptions: expected [payment_on_closed_order], got %v", kinds)
 		}
-		an := delta(mBefore.anomalies(aliChannel), e.scrape(t).anomalies(aliChannel))
+		an := promtext.Delta(anomalies(mBefore, aliChannel), anomalies(e.scrape(t), aliChannel))
 		if an["payment_exception"] != 1 {
-			t.Errorf("callbackd_anomalies_total{reason=payment_exception}: expected +1, got %s", format(an))
+			t.Errorf("callbackd_anomalies_total{reason=payment_exception}: expected +1, got %s", promtext.Format(an))
 		}
-		t.Logf("sent a 25h-old TRADE_SUCCESS twice for a CLOSED order → exceptions %v, anomalies %s, order %+v", kinds, format(an), got)
+		t.Logf("sent a 25h-old TRADE_SUCCESS twice for a CLOSED order → exceptions %v, anomalies %s, order %+v", kinds, promtext.Format(an), got)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed-1cff2221/callback-platform/internal/paysim"
+	"github.com/seed-1cff2221/callback-platform/internal/promtext"
 )
 
 // Attacker-chosen values must not become metric series: unknown channels, unknown key serials
@@ -15,7 +16,7 @@ import (
 // the fixed refusal reasons (a label per attacker value would let a scan exhaust Prometheus).
 func TestAttackerCannotCreateMetricSeries(t *testing.T) {
 	e := suite
-	countSeries := func(m metricSet) int {
+	countSeries := func(m promtext.Families) int {
 		n := 0
 		for name, f := range m {
 			if strings.HasPrefix(name, "callbackd_") {

@@ -249,7 +249,7 @@ func TestSlowlorisBeyondInFlightLimit(t *testing.T) {
 	if after.Paid-before.Paid != int64(len(orders)) || after.Ledger-before.Ledger != int64(len(orders)) {
 		t.Errorf("database: expected exactly %d more paid orders and ledger entries (the genuine ones)\n  before %s\n  after  %s", len(orders), before, after)
 	}
-	over := e.scrape(t).value("callbackd_overload_rejections_total", nil) - mBefore.value("callbackd_overload_rejections_total", nil)
+	over := e.scrape(t).Sum("callbackd_overload_rejections_total", nil) - mBefore.Sum("callbackd_overload_rejections_total", nil)
 	if over != 0 {
 		t.Errorf("callbackd_overload_rejections_total: expected +0 (trickling bodies hold no slot), got +%g", over)
 	}
