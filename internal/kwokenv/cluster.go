@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 // Options shape a cluster. The zero value is a one-node cluster named after the test binary.

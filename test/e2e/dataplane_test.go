@@ -252,7 +252,7 @@ type mountedPod struct {
 
 // materialize writes every ConfigMap and Secret volume the container mounts under root, exactly
 // as the kubelet would project them (items renamed, or every key as a file).
-func (e *e2e) materialize(t *testing.T, ctx context.Context, ns string, spec corev1.PodSpec, c corev1.Container, root string) *mountedPod {
+func (e *e2e) materialize(ctx context.Context, t *testing.T, ns string, spec corev1.PodSpec, c corev1.Container, root string) *mountedPod {
 	t.Helper()
 	vols := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
@@ -421,7 +421,7 @@ func (e *e2e) runDataPlane(t *testing.T) {
 
 	// 1. The migration Job's container, run locally.
 	jc := job.Spec.Template.Spec.Containers[0]
-	jm := e.materialize(t, ctx, dataNamespace, job.Spec.Template.Spec, jc, filepath.Join(e.workDir, "migrate-pod"))
+	jm := e.materialize(ctx, t, dataNamespace, job.Spec.Template.Spec, jc, filepath.Join(e.workDir, "migrate-pod"))
 	jconf := configArg(t, jc.Args)
 	jlocal := jm.localConfig(t, jconf, freeLoopbackAddr(t), "migrate.json")
 	started := time.Now()
@@ -438,7 +438,7 @@ func (e *e2e) runDataPlane(t *testing.T) {
 	// 2. One local callbackd per Deployment replica, from the Deployment's pod template.
 	c := dep.Spec.Template.Spec.Containers[0]
 	root := filepath.Join(e.workDir, "callbackd-pod")
-	m := e.materialize(t, ctx, dataNamespace, dep.Spec.Template.Spec, c, root)
+	m := e.materialize(ctx, t, dataNamespace, dep.Spec.Template.Spec, c, root)
 	conf := configArg(t, c.Args)
 	replicas := int(ptr.Deref(dep.Spec.Replicas, 2))
 	var bases []string
@@ -544,7 +544,7 @@ func (e *e2e) runDataPlane(t *testing.T) {
 	}
 
 	// 4. The books, read straight from PostgreSQL.
-	b := readBooks(t, ctx, d.dsn, dataChannel)
+	b := readBooks(ctx, t, d.dsn, dataChannel)
 	t.Logf("books: %d orders registered, %d paid, %d ledger entries, %d paid twice, %d outbox events", b.registered, b.paid, b.ledger, b.twice, b.outbox)
 	if b.registered != stormOrders || b.paid != stormOrders || b.ledger != stormOrders || b.twice != 0 {
 		t.Errorf("expected %d orders registered, paid and booked once each, got registered=%d paid=%d ledger=%d twice=%d",
@@ -587,7 +587,7 @@ type books struct {
 	registered, paid, ledger, twice, outbox int
 }
 
-func readBooks(t *testing.T, ctx context.Context, dsn, channel string) books {
+func readBooks(ctx context.Context, t *testing.T, dsn, channel string) books {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -30,7 +30,7 @@ const leaseName = "callback-platform-operator.callbackd.io"
 // Leader election is on, in the release namespace, as the chart configures it.
 func (e *e2e) startOperator(t *testing.T) {
 	ctx := e.ctx(t, time.Minute)
-	dep := e.operatorDeployment(t, ctx)
+	dep := e.operatorDeployment(ctx, t)
 	sa := dep.Spec.Template.Spec.ServiceAccountName
 	if sa == "" || sa == "default" {
 		t.Fatalf("expected the chart's operator Deployment to name its own ServiceAccount, got %q", sa)

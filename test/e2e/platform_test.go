@@ -195,12 +195,12 @@ func (e *e2e) helmInstall(t *testing.T) {
 		t.Fatalf("expected helm install to succeed, got: %v", err)
 	}
 	t.Logf("helm install:\n%s", firstLines(out, 8))
-	dep := e.operatorDeployment(t, ctx)
+	dep := e.operatorDeployment(ctx, t)
 	e.waitPodsRunning(t, releaseNamespace, dep.Spec.Selector.MatchLabels, int(ptr.Deref(dep.Spec.Replicas, 1)), 2*time.Minute)
 }
 
 // operatorDeployment is the chart's operator Deployment.
-func (e *e2e) operatorDeployment(t *testing.T, ctx context.Context) *appsv1.Deployment {
+func (e *e2e) operatorDeployment(ctx context.Context, t *testing.T) *appsv1.Deployment {
 	t.Helper()
 	list := &appsv1.DeploymentList{}
 	if err := e.k8s.List(ctx, list, client.InNamespace(releaseNamespace), client.MatchingLabels{
@@ -467,7 +467,7 @@ func (e *e2e) rotateSecret(t *testing.T) {
 	if oldHash == "" {
 		t.Fatalf("expected the pod template annotation %s, got annotations %v", hashKey, before.Spec.Template.Annotations)
 	}
-	oldRS := e.replicaSetNames(t, ctx, before)
+	oldRS := e.replicaSetNames(ctx, t, before)
 
 	secret := &corev1.Secret{}
 	if err := e.k8s.Get(ctx, types.NamespacedName{Namespace: dataNamespace, Name: e.data.publicKeysSecret}, secret); err != nil {
@@ -497,7 +497,7 @@ func (e *e2e) rotateSecret(t *testing.T) {
 		return deploymentRolledOut(after)
 	})
 	e.waitDeploymentPods(t, depKey, time.Minute)
-	newRS := e.replicaSetNames(t, ctx, after)
+	newRS := e.replicaSetNames(ctx, t, after)
 	if !slices.ContainsFunc(newRS, func(n string) bool { return !slices.Contains(oldRS, n) }) {
 		t.Errorf("expected a new ReplicaSet after the rotation, had %v, have %v", oldRS, newRS)
 	}
@@ -505,7 +505,7 @@ func (e *e2e) rotateSecret(t *testing.T) {
 		secret.Name, oldHash, after.Spec.Template.Annotations[hashKey], time.Since(started).Round(time.Millisecond), oldRS, newRS)
 }
 
-func (e *e2e) replicaSetNames(t *testing.T, ctx context.Context, d *appsv1.Deployment) []string {
+func (e *e2e) replicaSetNames(ctx context.Context, t *testing.T, d *appsv1.Deployment) []string {
 	t.Helper()
 	list := &appsv1.ReplicaSetList{}
 	if err := e.k8s.List(ctx, list, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
@@ -526,7 +526,7 @@ func (e *e2e) helmUpgrade(t *testing.T) {
 		"--set", "operator.maxConcurrentReconciles=2", "--wait", "--timeout", "5m"); err != nil {
 		t.Fatalf("expected helm upgrade to succeed, got: %v", err)
 	}
-	dep := e.operatorDeployment(t, ctx)
+	dep := e.operatorDeployment(ctx, t)
 	if got := ptr.Deref(dep.Spec.Replicas, 0); got != 3 {
 		t.Errorf("expected the operator Deployment at 3 replicas after the upgrade, got %d", got)
 	}

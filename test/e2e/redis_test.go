@@ -53,12 +53,12 @@ func (e *e2e) checkRedisBootstrap(t *testing.T) {
 		}
 		return cm
 	}
-	runRedisBootstrap(t, ctx, dataNamespace, configMap, sts[0], sts[1], filepath.Join(e.workDir, "redis-pods"))
+	runRedisBootstrap(ctx, t, dataNamespace, configMap, sts[0], sts[1], filepath.Join(e.workDir, "redis-pods"))
 }
 
 // runRedisBootstrap runs the pods of the Redis and Sentinel StatefulSets locally (see
 // checkRedisBootstrap), checks the topology they build and stops them.
-func runRedisBootstrap(t *testing.T, ctx context.Context, namespace string, configMap func(name string) *corev1.ConfigMap,
+func runRedisBootstrap(ctx context.Context, t *testing.T, namespace string, configMap func(name string) *corev1.ConfigMap,
 	redisSts, sentinelSts *appsv1.StatefulSet, root string) {
 	redisCLI, err := exec.LookPath("redis-cli")
 	if err != nil {

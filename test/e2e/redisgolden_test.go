@@ -41,5 +41,5 @@ func TestRedisBootstrapScriptsFromGoldenFiles(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	runRedisBootstrap(t, ctx, redisSts.Namespace, configMap, redisSts, sentinelSts, filepath.Join(t.TempDir(), "redis-pods"))
+	runRedisBootstrap(ctx, t, redisSts.Namespace, configMap, redisSts, sentinelSts, filepath.Join(t.TempDir(), "redis-pods"))
 }
