@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -96,23 +95,13 @@ func (c *Alipay) Query(ctx context.Context, order store.Order) (Answer, error) {
 		return Answer{}, permanent(op, "build request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded;charset=utf-8")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "callbackd")
 
-	resp, err := c.opts.HTTPClient.Do(req)
+	status, _, body, err := exchange(op, c.opts.HTTPClient, req)
 	if err != nil {
-		return Answer{}, transient(op, "request failed: %v", redactURL(err))
+		return Answer{}, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
-	if err != nil {
-		return Answer{}, transient(op, "read answer: %v", err)
-	}
-	if len(body) > maxAnswerBytes {
-		return Answer{}, permanent(op, "answer larger than %d bytes", maxAnswerBytes)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return Answer{}, classifyStatus(op, resp.StatusCode, "")
+	if status != http.StatusOK {
+		return Answer{}, classifyStatus(op, status, "")
 	}
 
 	var env alipayAnswer

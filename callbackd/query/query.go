@@ -21,6 +21,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -253,4 +254,25 @@ func truncate(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// exchange sends a signed query and reads the answer, at most maxAnswerBytes, returning its status,
+// headers and body. A transport or read failure is transient (the provider may answer next
+// time); an oversized answer is permanent.
+func exchange(op string, client *http.Client, req *http.Request) (int, http.Header, []byte, error) {
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "callbackd")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, transient(op, "request failed: %v", redactURL(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		return 0, nil, nil, transient(op, "read answer: %v", err)
+	}
+	if len(body) > maxAnswerBytes {
+		return 0, nil, nil, permanent(op, "answer larger than %d bytes", maxAnswerBytes)
+	}
+	return resp.StatusCode, resp.Header, body, nil
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -83,32 +82,22 @@ func (c *WeChatPay) Query(ctx context.Context, order store.Order) (Answer, error
 		return Answer{}, permanent(op, "sign request: %v", err)
 	}
 	req.Header.Set("Authorization", auth)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "callbackd")
 
-	resp, err := c.opts.HTTPClient.Do(req)
+	status, header, body, err := exchange(op, c.opts.HTTPClient, req)
 	if err != nil {
-		return Answer{}, transient(op, "request failed: %v", redactURL(err))
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
-	if err != nil {
-		return Answer{}, transient(op, "read answer: %v", err)
-	}
-	if len(body) > maxAnswerBytes {
-		return Answer{}, permanent(op, "answer larger than %d bytes", maxAnswerBytes)
+		return Answer{}, err
 	}
 
-	switch resp.StatusCode {
+	switch status {
 	case http.StatusOK:
 	case http.StatusNotFound:
 		// ORDER_NOT_EXIST closes an expired order, so it must be WeChat Pay's own word.
 		var e wechatError
 		_ = json.Unmarshal(body, &e)
 		if e.Code != "ORDER_NOT_EXIST" {
-			return Answer{}, classifyStatus(op, resp.StatusCode, truncate(e.Code))
+			return Answer{}, classifyStatus(op, status, truncate(e.Code))
 		}
-		if err := c.adapter.VerifyResponse(resp.Header, body); err != nil {
+		if err := c.adapter.VerifyResponse(header, body); err != nil {
 			return Answer{}, permanent(op, "ORDER_NOT_EXIST answer: %v", err)
 		}
 		return Answer{State: StateNotFound, ProviderState: e.Code}, nil
@@ -117,12 +106,12 @@ func (c *WeChatPay) Query(ctx context.Context, order store.Order) (Answer, error
 		_ = json.Unmarshal(body, &e)
 		switch e.Code {
 		case "SYSTEM_ERROR", "FREQUENCY_LIMITED", "BANKERROR":
-			return Answer{}, transient(op, "HTTP %d %s", resp.StatusCode, e.Code)
+			return Answer{}, transient(op, "HTTP %d %s", status, e.Code)
 		}
-		return Answer{}, classifyStatus(op, resp.StatusCode, truncate(e.Code))
+		return Answer{}, classifyStatus(op, status, truncate(e.Code))
 	}
 
-	if err := c.adapter.VerifyResponse(resp.Header, body); err != nil {
+	if err := c.adapter.VerifyResponse(header, body); err != nil {
 		return Answer{}, permanent(op, "answer refused: %v", err)
 	}
 	n, err := c.adapter.QueriedTransaction(body)
