@@ -246,3 +246,22 @@ func killProcessesUnder(dir string) []int {
 func Reap() []string {
 	return reapDead(RootDir())
 }
+
+// RepoRoot returns the repository's top folder (the one holding go.mod), found by walking up
+// from the working directory, which `go test` sets to the package's folder.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("testenv: working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 // releaseName and releaseNamespace are the release every test renders.
@@ -30,10 +32,6 @@ const (
 )
 
 var (
-	rootOnce sync.Once
-	rootDir  string
-	rootErr  error
-
 	helmOnce sync.Once
 	helmPath string
 	helmErr  error
@@ -42,29 +40,11 @@ var (
 // repoRoot is the folder holding go.mod.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	rootOnce.Do(func() {
-		dir, err := os.Getwd()
-		if err != nil {
-			rootErr = err
-			return
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				rootDir = dir
-				return
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				rootErr = errors.New("no go.mod above the test's folder")
-				return
-			}
-			dir = parent
-		}
-	})
-	if rootErr != nil {
-		t.Fatalf("chart: find the repository root: %v", rootErr)
+	dir, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatalf("chart: find the repository root: %v", err)
 	}
-	return rootDir
+	return dir
 }
 
 // chartDir is the chart under test.

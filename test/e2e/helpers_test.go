@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed-1cff2221/callback-platform/internal/testenv"
 )
 
 // Release coordinates of the chart under test.
@@ -22,38 +23,14 @@ const (
 	helmVersion      = "v3.22.0"
 )
 
-var (
-	rootOnce sync.Once
-	rootDir  string
-	rootErr  error
-)
-
 // repoRoot is the folder holding go.mod.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	rootOnce.Do(func() {
-		dir, err := os.Getwd()
-		if err != nil {
-			rootErr = err
-			return
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				rootDir = dir
-				return
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				rootErr = errors.New("no go.mod above the test's folder")
-				return
-			}
-			dir = parent
-		}
-	})
-	if rootErr != nil {
-		t.Fatalf("e2e: find the repository root: %v", rootErr)
+	dir, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatalf("e2e: find the repository root: %v", err)
 	}
-	return rootDir
+	return dir
 }
 
 func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), "charts", "callback-platform") }
